@@ -1,0 +1,1 @@
+"""knarr: Kafka -> subprocess stream processing."""
