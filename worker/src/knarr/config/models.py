@@ -154,6 +154,7 @@ class SinksConfig(Section):
 class DlqConfig(Section):
     topic: str = Field("", description="Dead-letter topic; empty means '{kafka.source_topic}_dlq'.")
     brokers: str = Field("", description="Dead-letter brokers; empty inherits kafka.brokers.")
+    path: str = Field("", description="Write dead letters as JSON Lines to this file instead of a topic (used with the local source).")
 
 
 class MetricsConfig(Section):

@@ -1,0 +1,1 @@
+"""The public data model handlers work with."""

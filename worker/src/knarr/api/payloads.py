@@ -1,0 +1,106 @@
+"""What flows out: payloads for sinks, grouped in a CollectResult; delivery failures."""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    sink: str = Field("", description="Sink instance name; empty means the only one of its type.")
+    data: Any
+
+    def data_json(self) -> str:
+        """The payload's data as one JSON document (models via model_dump_json, plain data via json)."""
+        if isinstance(self.data, BaseModel):
+            return self.data.model_dump_json()
+        if isinstance(self.data, (bytes, bytearray)):
+            return self.data.decode()
+        return json.dumps(self.data, default=str, separators=(",", ":"))
+
+    def data_dict(self) -> Any:
+        if isinstance(self.data, BaseModel):
+            return self.data.model_dump(mode="json")
+        return self.data
+
+
+class KafkaPayload(_Payload):
+    key: bytes | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class FilePayload(_Payload):
+    path: str
+
+
+class PostgresPayload(_Payload):
+    table: str
+
+
+class MongoPayload(_Payload):
+    collection: str
+
+
+class HttpPayload(_Payload):
+    pass
+
+
+class RedisPayload(_Payload):
+    key: str
+    ttl: int | None = None
+
+
+class CollectResult(BaseModel):
+    """Everything a hook wants delivered, by sink type."""
+
+    kafka: list[KafkaPayload] = Field(default_factory=list)
+    postgres: list[PostgresPayload] = Field(default_factory=list)
+    mongo: list[MongoPayload] = Field(default_factory=list)
+    http: list[HttpPayload] = Field(default_factory=list)
+    redis: list[RedisPayload] = Field(default_factory=list)
+    files: list[FilePayload] = Field(default_factory=list)
+
+    @property
+    def has_outputs(self) -> bool:
+        return bool(self.kafka or self.postgres or self.mongo or self.http or self.redis or self.files)
+
+    def by_sink_type(self) -> list[tuple[str, list[_Payload]]]:
+        """Payload lists keyed by the sink type they go to (``files`` go to ``filesystem``)."""
+        return [
+            ("kafka", self.kafka),
+            ("postgres", self.postgres),
+            ("mongo", self.mongo),
+            ("http", self.http),
+            ("redis", self.redis),
+            ("filesystem", self.files),
+        ]
+
+    @property
+    def count(self) -> int:
+        return sum(len(p) for _, p in self.by_sink_type())
+
+
+class DeliveryAction(str, enum.Enum):
+    """What ``on_delivery_error`` may return."""
+
+    RETRY = "retry"
+    SKIP = "skip"
+    DLQ = "dlq"
+
+
+class DeliveryError(BaseModel):
+    """A sink delivery that failed, handed to ``on_delivery_error``."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    sink_name: str
+    sink_type: str
+    error: str
+    payloads: list[Any]
+    attempt: int = 1
+    partition: int | None = None

@@ -1,0 +1,1 @@
+"""The fan-out search demo (`knarr demo`)."""

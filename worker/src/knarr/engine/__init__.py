@@ -1,0 +1,1 @@
+"""The processing engine: windows, tasks, groups, watermark (no Kafka in here)."""

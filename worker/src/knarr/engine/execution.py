@@ -1,0 +1,181 @@
+"""One task's life up to a terminal outcome: wait, expire, take a slot, run, retry or hand off.
+
+The executor knows nothing of windows or groups: it returns what happened (``Succeeded``,
+``Failed`` or ``Replaced``) and the processor does the accounting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+
+from knarr.api.handler import BaseHandler
+from knarr.api.tasks import ErrorAction, ExecutorError, ExecutorResult, ExecutorTask
+from knarr.config.models import ExecutorConfig
+from knarr.engine.backoff import is_expired, retry_delay, start_time
+from knarr.engine.processes import run_process
+from knarr.engine.scheduling import SlotScheduler
+from knarr.observability import metrics
+from knarr.observability.logging import get_logger
+
+log = get_logger(component="executor")
+
+
+@dataclass(slots=True)
+class Succeeded:
+    result: ExecutorResult
+
+
+@dataclass(slots=True)
+class Failed:
+    error: ExecutorError
+
+
+@dataclass(slots=True)
+class Replaced:
+    error: ExecutorError
+    tasks: list[ExecutorTask]
+
+
+Outcome = Succeeded | Failed | Replaced
+
+
+class TaskExecutor:
+    """Runs tasks for every partition through one shared slot scheduler."""
+
+    def __init__(self, handler: BaseHandler, scheduler: SlotScheduler, config: ExecutorConfig) -> None:
+        self.handler = handler
+        self.scheduler = scheduler
+        self.config = config
+        self._base_env = {**os.environ, **config.env} if config.env else None
+
+    def _env_for(self, task: ExecutorTask) -> dict[str, str] | None:
+        if not task.env:
+            return self._base_env
+        return {**(self._base_env or os.environ), **task.env}
+
+    def max_attempts(self, task: ExecutorTask) -> int:
+        return task.max_attempts if task.max_attempts is not None else self.config.max_retries + 1
+
+    async def run(self, task: ExecutorTask, partition: int, attempt: int = 1) -> tuple[Outcome, int]:
+        """Run ``task`` until it succeeds, fails for good or is replaced; returns the outcome and attempts made."""
+        while True:
+            outcome = await self._attempt(task, partition, attempt)
+            if isinstance(outcome, ExecutorResult):
+                return Succeeded(outcome), attempt
+            error = outcome
+            if error.reason == "expired":
+                metrics.tasks.labels("expired").inc()
+                return Failed(error), attempt
+            metrics.tasks.labels("failed").inc()
+            decision = await self._on_error(task, error)
+            if isinstance(decision, list):
+                metrics.tasks.labels("replaced").inc()
+                return Replaced(error, decision), attempt
+            if decision is ErrorAction.RETRY and attempt < self.max_attempts(task):
+                metrics.tasks.labels("retried").inc()
+                # Wait without holding a slot, so other tasks use the pool meanwhile.
+                await asyncio.sleep(
+                    retry_delay(attempt, self.config.retry_backoff_base_seconds, self.config.retry_backoff_max_seconds)
+                )
+                attempt += 1
+                continue
+            if decision is ErrorAction.RETRY:
+                log.warning("retries exhausted", task_id=task.task_id, attempts=attempt, partition=partition)
+            return Failed(error), attempt
+
+    async def _attempt(self, task: ExecutorTask, partition: int, attempt: int) -> ExecutorResult | ExecutorError:
+        if task.precomputed is not None:
+            pre = task.precomputed
+            result = ExecutorResult.model_construct(
+                task=task, exit_code=pre.exit_code, stdout=pre.stdout, stderr=pre.stderr,
+                duration_seconds=pre.duration_seconds, pid=None, attempt=attempt,
+            )
+            metrics.tasks.labels("precomputed").inc()
+            if pre.exit_code == 0:
+                return result
+            return _error(task, attempt, result, exit_code=pre.exit_code, stderr=pre.stderr)
+
+        if attempt == 1:
+            begin = start_time(time.time(), task.delay_seconds, task.not_before)
+            wait = begin - time.time()
+            if wait > 0:
+                await asyncio.sleep(wait)  # no slot held while delayed
+        if is_expired(time.time(), task.expires_at):
+            return _expired(task, attempt)
+
+        binary = task.binary_path or self.config.binary_path
+        if not binary:
+            message = "no binary to run: set executor.binary_path in the config or binary_path on the task"
+            result = _synthetic(task, attempt, message)
+            return _error(task, attempt, result, stderr=message, exception=message, reason="launch")
+
+        await self.scheduler.acquire(partition, self.handler.task_priority(task))
+        try:
+            if is_expired(time.time(), task.expires_at):  # expired while waiting for a slot: never run
+                return _expired(task, attempt)
+            metrics.pool_active.set(self.scheduler.in_use)
+            timeout = task.timeout_seconds or self.config.task_timeout_seconds
+            proc = await run_process([binary, *task.args], stdin=task.stdin, env=self._env_for(task), timeout=timeout)
+        finally:
+            self.scheduler.release(partition)
+            metrics.pool_active.set(self.scheduler.in_use)
+
+        result = ExecutorResult.model_construct(
+            task=task, exit_code=proc.exit_code, stdout=proc.stdout, stderr=proc.stderr,
+            duration_seconds=proc.duration_seconds, pid=proc.pid, attempt=attempt,
+        )
+        metrics.task_duration.observe(proc.duration_seconds)
+        if proc.exit_code == 0:
+            metrics.tasks.labels("completed").inc()
+            return result
+        if proc.timed_out:
+            metrics.task_timeouts.inc()
+            return _error(task, attempt, result, pid=proc.pid, stderr=proc.stderr, exception=proc.stderr, reason="timeout")
+        if proc.launch_error:
+            return _error(task, attempt, result, stderr=proc.stderr, exception=proc.launch_error, reason="launch")
+        return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid)
+
+    async def _on_error(self, task: ExecutorTask, error: ExecutorError) -> ErrorAction | list[ExecutorTask]:
+        started = time.monotonic()
+        try:
+            decision = await self.handler.on_error(task, error)
+        except Exception as exc:
+            metrics.hook_errors.labels("on_error").inc()
+            log.exception("on_error raised; the task is skipped", task_id=task.task_id, error=str(exc))
+            return ErrorAction.SKIP
+        finally:
+            metrics.handler_duration.labels("on_error").observe(time.monotonic() - started)
+        if isinstance(decision, ErrorAction):
+            return decision
+        if isinstance(decision, list) and all(isinstance(t, ExecutorTask) for t in decision):
+            return decision
+        if isinstance(decision, str) and decision in ("retry", "skip"):
+            return ErrorAction(decision)
+        log.error(
+            "on_error returned something that is neither ErrorAction nor list[ExecutorTask]; the task is skipped",
+            task_id=task.task_id, returned=repr(decision)[:200],
+        )
+        return ErrorAction.SKIP
+
+
+def _synthetic(task: ExecutorTask, attempt: int, stderr: str) -> ExecutorResult:
+    return ExecutorResult.model_construct(
+        task=task, exit_code=-1, stdout="", stderr=stderr, duration_seconds=0.0, pid=None, attempt=attempt
+    )
+
+
+def _error(task: ExecutorTask, attempt: int, result: ExecutorResult | None, **fields: object) -> ExecutorError:
+    fields.setdefault("reason", "failed")
+    return ExecutorError.model_construct(
+        task=task, attempt=attempt, result=result,
+        exit_code=fields.get("exit_code"), stderr=fields.get("stderr", ""), exception=fields.get("exception"),
+        pid=fields.get("pid"), reason=fields["reason"],
+    )
+
+
+def _expired(task: ExecutorTask, attempt: int) -> ExecutorError:
+    message = f"task expired at {task.expires_at} before it could start; it was never run"
+    return _error(task, attempt, None, stderr=message, exception=message, reason="expired")

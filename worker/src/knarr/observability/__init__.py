@@ -1,0 +1,1 @@
+"""Metrics, health endpoints, structured logs and flight events."""

@@ -1,0 +1,35 @@
+"""Prometheus metrics. One name per thing, the same words as the code and docs."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, Info
+
+_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+worker_info = Info("knarr_worker", "Worker identity")
+messages_consumed = Counter("knarr_messages_consumed_total", "Messages taken from the source", ["partition"])
+consumer_errors = Counter("knarr_consumer_errors_total", "Errors reported by the consumer")
+tasks = Counter("knarr_tasks_total", "Task outcomes", ["status"])  # completed|failed|retried|replaced|expired|precomputed
+task_duration = Histogram("knarr_task_duration_seconds", "Subprocess wall-clock time", buckets=_DURATION_BUCKETS)
+task_timeouts = Counter("knarr_task_timeouts_total", "Subprocesses killed at their deadline")
+tasks_in_flight = Gauge("knarr_tasks_in_flight", "Tasks scheduled and not yet terminal")
+pool_active = Gauge("knarr_pool_active", "Pool slots running a subprocess")
+pool_waiting = Gauge("knarr_pool_waiting", "Tasks waiting for a pool slot")
+queue_size = Gauge("knarr_partition_queue_size", "Messages queued in a partition processor", ["partition"])
+backpressure = Gauge("knarr_backpressure_active", "1 while consumption is paused by backpressure")
+offsets_committed = Counter("knarr_offsets_committed_total", "Offset commits", ["partition"])
+committed_offset = Gauge("knarr_committed_offset", "Last committed offset", ["partition"])
+consumer_lag = Gauge("knarr_consumer_lag", "High watermark minus committed offset", ["partition"])
+assigned_partitions = Gauge("knarr_assigned_partitions", "Partitions assigned to this worker")
+handler_duration = Histogram("knarr_handler_duration_seconds", "Time spent in handler hooks", ["hook"], buckets=_DURATION_BUCKETS)
+hook_errors = Counter("knarr_hook_errors_total", "Exceptions raised by handler hooks", ["hook"])
+untracked_offsets = Counter("knarr_untracked_offsets_total", "Task source_offsets naming no message of their window")
+messages_completed = Counter("knarr_messages_completed_total", "Message groups completed", ["outcome"])  # empty|succeeded|partial|failed
+sink_deliveries = Counter("knarr_sink_deliveries_total", "Successful sink deliveries", ["sink", "type"])
+sink_payloads = Counter("knarr_sink_payloads_delivered_total", "Payloads delivered", ["sink", "type"])
+sink_errors = Counter("knarr_sink_delivery_errors_total", "Failed sink deliveries", ["sink", "type"])
+sink_retries = Counter("knarr_sink_delivery_retries_total", "Sink delivery retries", ["sink", "type"])
+sink_skipped = Counter("knarr_sink_deliveries_skipped_total", "Deliveries dropped by SKIP", ["sink", "type"])
+sink_dlq = Counter("knarr_sink_dlq_messages_total", "Deliveries dead-lettered", ["sink", "type"])
+sink_duration = Histogram("knarr_sink_deliver_duration_seconds", "Sink delivery time", ["sink", "type"], buckets=_DURATION_BUCKETS)
+flight_events = Counter("knarr_flight_events_total", "Flight events by kind", ["event"])

@@ -1,0 +1,276 @@
+"""The worker: wires source, processors, pool, sinks and probes together, and shuts down cleanly.
+
+Read top to bottom: startup, the poll loop (backpressure, commits, dispatch), partition
+assignment and revocation, then shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import Any
+
+from knarr.api.handler import BaseHandler, periodic_methods
+from knarr.config.root import KnarrConfig
+from knarr.engine.execution import TaskExecutor
+from knarr.engine.processes import install_child_watcher
+from knarr.engine.processor import PartitionProcessor
+from knarr.engine.scheduling import SlotScheduler
+from knarr.observability import metrics
+from knarr.observability.health import HealthServer
+from knarr.observability.logging import configure_logging, get_logger
+from knarr.sinks import build_sinks
+from knarr.sinks.delivery import SinkManager
+from knarr.sinks.dlq import DeadLetterQueue, FileDeadLetterQueue
+from knarr.sources.base import Source
+
+VERSION = "0.1.0"
+
+
+class Worker:
+    def __init__(self, config: KnarrConfig, handler: BaseHandler, source: Source | None = None) -> None:
+        self.config = config
+        self.handler = handler
+        self.source = source
+        self.processors: dict[int, PartitionProcessor] = {}
+        self.worker_id = os.environ.get(config.worker_name_env) or f"knarr-{os.getpid():x}"
+        self.log = get_logger()
+        self._running = False
+        self._paused = False
+        self._fatal: BaseException | None = None
+        self._stop = asyncio.Event()
+        self._ready = False
+        self._background: set[asyncio.Task] = set()
+        self.health: HealthServer | None = None
+        self.sinks: SinkManager | None = None
+
+    # --- startup ---------------------------------------------------------------------------
+    async def run(self) -> int:
+        """Run until stopped (signal, stop(), a bounded source running dry, or a fatal error). Returns the exit code."""
+        install_child_watcher()
+        cluster = os.environ.get(self.config.cluster_name_env, "") if self.config.cluster_name_env else ""
+        configure_logging(
+            self.config.logging.level, self.config.logging.format,
+            worker_id=self.worker_id, consumer_group=self.config.kafka.consumer_group,
+            cluster=cluster or self.config.cluster_name, version=VERSION,
+        )
+        self.log = get_logger()
+        updated = await self.handler.on_startup(self.config)
+        if isinstance(updated, KnarrConfig):
+            self.config = updated
+        cfg = self.config
+
+        metrics.worker_info.info({"worker_id": self.worker_id, "version": VERSION, "consumer_group": cfg.kafka.consumer_group})
+        if cfg.metrics.enabled:
+            self.health = HealthServer(cfg.metrics.port, self._readiness)
+            await self.health.start()
+            self.log.info("probes listening", port=self.health.port)
+
+        self.scheduler = SlotScheduler(cfg.executor.max_executors, cfg.executor.max_per_partition)
+        self.executor = TaskExecutor(self.handler, self.scheduler, cfg.executor)
+        self.sinks = SinkManager(
+            build_sinks(cfg), self._build_dlq(), self.handler, cfg.executor.max_retries,
+            cfg.executor.retry_backoff_base_seconds, cfg.executor.retry_backoff_max_seconds,
+        )
+        try:
+            await self.sinks.connect_all()
+            if self.source is None:
+                self.source = self._build_source()
+            await self.handler.on_ready(cfg)
+            self._start_periodic()
+            self._install_signals()
+            await self.source.start(self._assign, self._revoke)
+        except Exception:
+            await self._close_outputs()
+            raise
+        self._ready = True
+        self.log.info("worker started", topic=self.source.topic, max_executors=cfg.executor.max_executors)
+        await self._poll_loop()
+        return await self._shutdown()
+
+    def _build_dlq(self) -> Any:
+        cfg = self.config
+        if cfg.dlq.path:
+            return FileDeadLetterQueue(cfg.dlq.path, cfg.kafka.source_topic)
+        return DeadLetterQueue(cfg.dlq_topic, cfg.dlq_brokers, cfg.kafka.source_topic)
+
+    def _build_source(self) -> Source:
+        cfg = self.config
+        if cfg.source.type == "local":
+            from knarr.sources.local import LocalSource
+
+            assert cfg.source.local is not None
+            return LocalSource(cfg.source.local, cfg.kafka.source_topic)
+        from knarr.sources.kafka import KafkaSource
+
+        return KafkaSource(cfg.kafka, cfg.executor, client_id=self.worker_id)
+
+    def _readiness(self) -> tuple[bool, str]:
+        if self._fatal is not None:
+            return False, f"failed: {self._fatal}"
+        if not (self.sinks and self.sinks.connected):
+            return False, "sinks not connected"
+        if not self._ready:
+            return False, "starting"
+        if not self._running:
+            return False, "shutting down"
+        return True, f"consuming {len(self.processors)} partition(s)" if self.processors else "idle, waiting for partitions"
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.stop)
+            except (NotImplementedError, RuntimeError):
+                pass  # not the main thread (tests): stop() is called directly
+
+    def _start_periodic(self) -> None:
+        for name, spec, fn in periodic_methods(self.handler):
+            self._spawn(self._periodic(name, spec.seconds, spec.on_error, fn))
+
+    async def _periodic(self, name: str, seconds: float, on_error: str, fn: Any) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await fn()
+            except Exception:
+                metrics.hook_errors.labels(f"periodic:{name}").inc()
+                self.log.exception("periodic task raised", task=name, on_error=on_error)
+                if on_error == "stop":
+                    return
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # --- the poll loop ---------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask for a graceful shutdown (SIGTERM/SIGINT do this)."""
+        if self._running:
+            self.log.info("shutdown requested")
+        self._running = False
+        self._stop.set()
+
+    def fail(self, exc: BaseException) -> None:
+        """Something cannot be handled without losing data: stop now, commit nothing more."""
+        if self._fatal is None:
+            self._fatal = exc
+            self.log.error("fatal error; stopping without further commits", error=f"{type(exc).__name__}: {exc}")
+        self.stop()
+
+    async def _poll_loop(self) -> None:
+        assert self.source is not None
+        self._running = True
+        high, low = self.config.executor.backpressure_high, self.config.executor.backpressure_low
+        batch = self.config.kafka.max_poll_records
+        while self._running:
+            load = sum(p.load for p in self.processors.values())
+            if not self._paused and load >= high:
+                self._set_paused(True, load)
+            elif self._paused and load <= low:
+                self._set_paused(False, load)
+            messages, committed = await self.source.poll(batch, self._committable())
+            self._acknowledge(committed)
+            if not self._running:
+                break  # polled after stop: these messages are not started, so they replay
+            for msg in messages:
+                processor = self.processors.get(msg.partition)
+                if processor is not None:
+                    processor.enqueue([msg])
+            if self.source.finished:
+                self.log.info("source exhausted; stopping")
+                self.stop()
+
+    def _set_paused(self, paused: bool, load: int) -> None:
+        assert self.source is not None
+        self._paused = paused
+        self.source.set_paused(paused)
+        metrics.backpressure.set(1 if paused else 0)
+        self.log.info("backpressure " + ("on: pausing" if paused else "off: resuming"), load=load)
+
+    def _committable(self) -> dict[int, int]:
+        out = {}
+        for partition, processor in self.processors.items():
+            offset = processor.watermark.committable()
+            if offset is not None:
+                out[partition] = offset
+        return out
+
+    def _acknowledge(self, committed: dict[int, int]) -> None:
+        for partition, offset in committed.items():
+            processor = self.processors.get(partition)
+            if processor is not None:
+                processor.watermark.acknowledge_commit(offset)
+
+    # --- assignment ------------------------------------------------------------------------
+    async def _assign(self, partitions: list[int]) -> None:
+        assert self.source is not None
+        for p in partitions:
+            if p in self.processors:
+                continue
+            processor = PartitionProcessor(
+                self.source.topic, p, self.handler, self.executor, self.sinks, self.config.executor, self.fail
+            )
+            processor.start()
+            self.processors[p] = processor
+        metrics.assigned_partitions.set(len(self.processors))
+        self._spawn(self._hook("on_assign", self.handler.on_assign, partitions))
+
+    async def _revoke(self, partitions: list[int], lost: bool) -> dict[int, int]:
+        """Drain the partitions (bounded) and say which offsets may be committed before they go."""
+        leaving = [(p, self.processors.pop(p)) for p in partitions if p in self.processors]
+        metrics.assigned_partitions.set(len(self.processors))
+        if not leaving:
+            return {}
+
+        async def release(p: int, proc: PartitionProcessor) -> tuple[int, int | None]:
+            clean = False if lost or self._fatal else await proc.drain(self.config.executor.drain_timeout_seconds)
+            await proc.stop()
+            return p, proc.watermark.committable() if clean else None
+
+        results = await asyncio.gather(*(release(p, proc) for p, proc in leaving))
+        self._spawn(self._hook("on_revoke", self.handler.on_revoke, partitions))
+        return {p: o for p, o in results if o is not None}
+
+    async def _hook(self, name: str, fn: Any, *args: Any) -> None:
+        try:
+            await fn(*args)
+        except Exception:
+            metrics.hook_errors.labels(name).inc()
+            self.log.exception(f"{name} raised", args=args)
+
+    # --- shutdown --------------------------------------------------------------------------
+    async def _shutdown(self) -> int:
+        assert self.source is not None
+        started = time.monotonic()
+        for task in list(self._background):
+            task.cancel()
+        processors = list(self.processors.values())
+        clean = False
+        if self._fatal is None:
+            timeout = self.config.executor.drain_timeout_seconds
+            drained = await asyncio.gather(*(p.drain(timeout) for p in processors))
+            clean = all(drained)
+            if clean:
+                done = await self.source.commit_now(self._committable())
+                self._acknowledge(done)
+            else:
+                self.log.warning("drain incomplete; final commit skipped, in-flight messages will be replayed")
+        await asyncio.gather(*(p.stop() for p in processors))
+        self.processors.clear()
+        await self._close_outputs()
+        await self.source.close()
+        if self.health is not None:
+            await self.health.stop()
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        self.log.info("worker stopped", clean=clean, seconds=round(time.monotonic() - started, 3),
+                      fatal=str(self._fatal) if self._fatal else None)
+        return 1 if self._fatal is not None else 0
+
+    async def _close_outputs(self) -> None:
+        if self.sinks is not None:
+            await self.sinks.close_all()

@@ -1,0 +1,155 @@
+"""Delivering a hook's CollectResult: resolve sinks, deliver per sink, and handle failures.
+
+A failed delivery asks the handler's ``on_delivery_error``: RETRY (bounded, with backoff),
+SKIP (drop), or DLQ (the default). Returning from :meth:`SinkManager.deliver` means every
+payload is either confirmed by its sink or handled — only then may the offset complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from knarr.api.handler import BaseHandler
+from knarr.api.payloads import CollectResult, DeliveryAction, DeliveryError
+from knarr.engine.backoff import retry_delay
+from knarr.observability import metrics
+from knarr.observability.logging import get_logger
+from knarr.sinks.base import Sink
+from knarr.sinks.resolution import resolve_sink
+
+log = get_logger(component="sinks")
+
+DLQ_SEND_ATTEMPTS = 5
+
+
+class DeliveryFailedError(RuntimeError):
+    """Payloads could be neither delivered nor dead-lettered: the worker must stop without committing."""
+
+
+class SinkManager:
+    def __init__(
+        self,
+        sinks: list[Sink],
+        dlq: Any,
+        handler: BaseHandler,
+        max_retries: int = 3,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+    ) -> None:
+        self.sinks: dict[tuple[str, str], Sink] = {(s.sink_type, s.name): s for s in sinks}
+        self._names: dict[str, list[str]] = {}
+        for sink_type, name in self.sinks:
+            self._names.setdefault(sink_type, []).append(name)
+        self.dlq = dlq
+        self.handler = handler
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.connected = False
+
+    async def connect_all(self) -> None:
+        """Connect every sink and the DLQ, in order; the first failure stops startup."""
+        for sink in self.sinks.values():
+            await sink.connect()
+        if self.dlq is not None:
+            await self.dlq.connect()
+        self.connected = True
+
+    async def close_all(self) -> None:
+        for sink in [*self.sinks.values(), self.dlq]:
+            if sink is None:
+                continue
+            try:
+                await sink.close()
+            except Exception as exc:  # closing must never stop the rest of shutdown
+                log.warning("sink close failed", sink=getattr(sink, "name", "dlq"), error=str(exc))
+        self.connected = False
+
+    def plan(self, collect: CollectResult) -> list[tuple[Sink, list[Any]]]:
+        """Resolve every payload to its sink, grouped per sink. Raises SinkResolutionError."""
+        grouped: dict[tuple[str, str], list[Any]] = {}
+        for sink_type, payloads in collect.by_sink_type():
+            for payload in payloads:
+                name = resolve_sink(sink_type, payload.sink, self._names.get(sink_type, ()))
+                grouped.setdefault((sink_type, name), []).append(payload)
+        return [(self.sinks[key], payloads) for key, payloads in grouped.items()]
+
+    async def deliver(self, collect: CollectResult | None, partition: int | None) -> int:
+        """Deliver everything in ``collect``; returns how many payloads went out (to sinks or DLQ)."""
+        if collect is None or not collect.has_outputs:
+            return 0
+        plan = self.plan(collect)
+        if len(plan) == 1:
+            sink, payloads = plan[0]
+            await self._deliver_to(sink, payloads, partition)
+        else:
+            await asyncio.gather(*(self._deliver_to(sink, payloads, partition) for sink, payloads in plan))
+        return sum(len(p) for _, p in plan)
+
+    async def _deliver_to(self, sink: Sink, payloads: list[Any], partition: int | None) -> None:
+        labels = (sink.name, sink.sink_type)
+        attempt = 1
+        while True:
+            started = time.monotonic()
+            try:
+                await sink.deliver(payloads)
+            except Exception as exc:
+                metrics.sink_errors.labels(*labels).inc()
+                error = DeliveryError(
+                    sink_name=sink.name, sink_type=sink.sink_type, error=f"{type(exc).__name__}: {exc}",
+                    payloads=payloads, attempt=attempt, partition=partition,
+                )
+                action = await self._ask_handler(error)
+                if action is DeliveryAction.RETRY and attempt <= self.max_retries:
+                    metrics.sink_retries.labels(*labels).inc()
+                    log.warning("sink delivery failed; retrying", sink=sink.name, attempt=attempt, error=error.error)
+                    await asyncio.sleep(retry_delay(attempt, self.backoff_base, self.backoff_max))
+                    attempt += 1
+                    continue
+                if action is DeliveryAction.SKIP:
+                    metrics.sink_skipped.labels(*labels).inc()
+                    log.warning("sink delivery failed; payloads skipped", sink=sink.name, count=len(payloads), error=error.error)
+                    return
+                if action is DeliveryAction.RETRY:
+                    log.warning("sink delivery retries exhausted; dead-lettering", sink=sink.name, attempts=attempt)
+                await self.dead_letter(error, partition)
+                return
+            metrics.sink_deliveries.labels(*labels).inc()
+            metrics.sink_payloads.labels(*labels).inc(len(payloads))
+            metrics.sink_duration.labels(*labels).observe(time.monotonic() - started)
+            return
+
+    async def _ask_handler(self, error: DeliveryError) -> DeliveryAction:
+        try:
+            action = await self.handler.on_delivery_error(error)
+        except Exception as exc:
+            metrics.hook_errors.labels("on_delivery_error").inc()
+            log.exception("on_delivery_error raised; dead-lettering", sink=error.sink_name, error=str(exc))
+            return DeliveryAction.DLQ
+        if isinstance(action, DeliveryAction):
+            return action
+        try:
+            return DeliveryAction(action)
+        except ValueError:
+            log.error("on_delivery_error returned an unknown action; dead-lettering", returned=repr(action)[:200])
+            return DeliveryAction.DLQ
+
+    async def dead_letter(self, error: DeliveryError, partition: int | None) -> None:
+        """Send to the DLQ; if even that fails repeatedly, stop the worker rather than lose the payloads."""
+        if self.dlq is None:
+            raise DeliveryFailedError(f"delivery to {error.sink_type} sink {error.sink_name!r} failed and no DLQ is configured: {error.error}")
+        for attempt in range(1, DLQ_SEND_ATTEMPTS + 1):
+            try:
+                await self.dlq.send(error, partition)
+                metrics.sink_dlq.labels(error.sink_name, error.sink_type).inc()
+                log.warning("payloads dead-lettered", sink=error.sink_name, dlq=self.dlq.topic, count=len(error.payloads), error=error.error)
+                return
+            except Exception as exc:
+                log.error("DLQ send failed", dlq=self.dlq.topic, attempt=attempt, error=str(exc))
+                await asyncio.sleep(retry_delay(attempt, self.backoff_base, self.backoff_max))
+        raise DeliveryFailedError(
+            f"could not deliver to {error.sink_type} sink {error.sink_name!r} ({error.error}) nor dead-letter to "
+            f"{self.dlq.topic!r}; stopping without committing so the messages are replayed"
+        )

@@ -1,0 +1,38 @@
+"""Kafka sink: each payload becomes one record; delivery is confirmed by the broker before we return."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from knarr.api.payloads import KafkaPayload
+from knarr.config.models import KafkaSinkConfig
+from knarr.sinks.base import SinkConnectError
+from knarr.sinks.producer import AsyncProducer
+
+
+class KafkaSink:
+    sink_type = "kafka"
+
+    def __init__(self, name: str, config: KafkaSinkConfig, default_brokers: str) -> None:
+        self.name = name
+        self.config = config
+        self.brokers = config.brokers or default_brokers
+        self._producer = AsyncProducer({"bootstrap.servers": self.brokers, **config.extra})
+
+    async def connect(self) -> None:
+        try:
+            await asyncio.to_thread(self._producer.connect)
+        except ConnectionError as exc:
+            raise SinkConnectError(f"kafka sink {self.name!r} (topic {self.config.topic!r}): {exc}") from None
+
+    async def deliver(self, payloads: list[Any]) -> None:
+        futures = [
+            self._producer.produce(self.config.topic, p.data_json().encode(), key=p.key, headers=p.headers or None)
+            for p in payloads
+            if isinstance(p, KafkaPayload)
+        ]
+        await asyncio.gather(*futures)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._producer.close)

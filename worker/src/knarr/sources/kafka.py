@@ -1,0 +1,222 @@
+"""The Kafka source: a confluent-kafka consumer driven from one dedicated thread.
+
+Every consumer call (poll, commit, pause) runs on that one thread, so the consumer is
+never used concurrently. Rebalance callbacks run there too, inside consume(): assignment
+hands new partitions to the event loop; revocation waits (bounded) for the event loop to
+drain those partitions and commits their final offsets *before* the partitions move on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+
+from knarr.api.messages import SourceMessage
+from knarr.config.models import ExecutorConfig, KafkaConfig
+from knarr.observability import metrics
+from knarr.observability.logging import get_logger
+from knarr.sources.base import AssignFn, RevokeFn
+
+log = get_logger(component="kafka-source")
+
+POLL_TIMEOUT_SECONDS = 0.1
+LAG_REFRESH_SECONDS = 5.0
+
+
+class KafkaSource:
+    def __init__(self, kafka: KafkaConfig, executor: ExecutorConfig, client_id: str = "knarr") -> None:
+        self.topic = kafka.source_topic
+        self._conf: dict[str, Any] = {
+            "bootstrap.servers": kafka.brokers,
+            "group.id": kafka.consumer_group,
+            "client.id": client_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "cooperative-sticky",
+            "max.poll.interval.ms": kafka.max_poll_interval_ms,
+            "session.timeout.ms": kafka.session_timeout_ms,
+            "heartbeat.interval.ms": kafka.heartbeat_interval_ms,
+            "enable.partition.eof": False,
+            **kafka.extra,
+        }
+        self._revoke_wait = executor.drain_timeout_seconds + 10
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="knarr-kafka")
+        self._consumer: Consumer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_assign: AssignFn | None = None
+        self._on_revoke: RevokeFn | None = None
+        self._want_paused = False
+        self._paused_applied = False
+        self._lag: dict[int, int] = {}
+        self._lag_at = 0.0
+        self._committed: dict[int, int] = {}
+
+    # --- lifecycle (event loop side) -------------------------------------------------------
+    async def start(self, on_assign: AssignFn, on_revoke: RevokeFn) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        await self._loop.run_in_executor(self._thread, self._start_sync)
+
+    def _start_sync(self) -> None:
+        errors: list[str] = []
+        self._consumer = Consumer({**self._conf, "error_cb": lambda e: errors.append(str(e))})
+        try:
+            self._consumer.list_topics(timeout=10)
+        except KafkaException as exc:
+            detail = errors[-1] if errors else str(exc)
+            raise ConnectionError(
+                f"cannot reach Kafka at {self._conf['bootstrap.servers']!r}: {detail}; check kafka.brokers"
+            ) from None
+        self._consumer.subscribe(
+            [self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
+        )
+
+    async def poll(self, max_records: int, commits: dict[int, int]) -> tuple[list[SourceMessage], dict[int, int]]:
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._thread, self._poll_sync, max_records, commits)
+
+    async def commit_now(self, commits: dict[int, int]) -> dict[int, int]:
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._thread, self._commit_sync, commits)
+
+    def set_paused(self, paused: bool) -> None:
+        self._want_paused = paused
+
+    def lag(self) -> dict[int, int]:
+        return dict(self._lag)
+
+    @property
+    def finished(self) -> bool:
+        return False
+
+    async def close(self) -> None:
+        if self._consumer is not None and self._loop is not None:
+            await self._loop.run_in_executor(self._thread, self._close_sync)
+        self._thread.shutdown(wait=True)
+
+    # --- consumer thread -------------------------------------------------------------------
+    def _poll_sync(self, max_records: int, commits: dict[int, int]) -> tuple[list[SourceMessage], dict[int, int]]:
+        consumer = self._consumer
+        assert consumer is not None
+        done = self._commit_sync(commits) if commits else {}
+        self._apply_pause()
+        raw = consumer.consume(max_records, POLL_TIMEOUT_SECONDS)
+        messages = []
+        for m in raw:
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    metrics.consumer_errors.inc()
+                    log.warning("consumer error", error=str(err))
+                continue
+            _, ts = m.timestamp()
+            messages.append(
+                SourceMessage.model_construct(
+                    topic=m.topic(), partition=m.partition(), offset=m.offset(), value=m.value() or b"",
+                    key=m.key(), timestamp=ts, payload=None, parse_error=None,
+                )
+            )
+        if time.monotonic() - self._lag_at > LAG_REFRESH_SECONDS:
+            self._refresh_lag()
+        return messages, done
+
+    def _commit_sync(self, commits: dict[int, int]) -> dict[int, int]:
+        assert self._consumer is not None
+        if not commits:
+            return {}
+        offsets = [TopicPartition(self.topic, p, o) for p, o in commits.items()]
+        try:
+            result = self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            log.warning("offset commit failed; will retry", offsets=commits, error=str(exc))
+            return {}
+        done = {}
+        for tp in result or []:
+            if tp.error is None:
+                done[tp.partition] = tp.offset
+            else:
+                log.warning("offset commit failed for partition", partition=tp.partition, error=str(tp.error))
+        for p, o in done.items():
+            self._committed[p] = o
+            metrics.offsets_committed.labels(str(p)).inc()
+            metrics.committed_offset.labels(str(p)).set(o)
+        return done
+
+    def _apply_pause(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        if self._want_paused:
+            assignment = consumer.assignment()
+            if assignment:
+                consumer.pause(assignment)
+            self._paused_applied = True
+        elif self._paused_applied:
+            assignment = consumer.assignment()
+            if assignment:
+                consumer.resume(assignment)
+            self._paused_applied = False
+
+    def _refresh_lag(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        self._lag_at = time.monotonic()
+        for tp in consumer.assignment():
+            try:
+                _, high = consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                continue
+            if high is None or high < 0:
+                continue
+            committed = self._committed.get(tp.partition)
+            if committed is None or committed == OFFSET_INVALID:
+                continue
+            self._lag[tp.partition] = max(0, high - committed)
+            metrics.consumer_lag.labels(str(tp.partition)).set(self._lag[tp.partition])
+
+    def _call_loop(self, coro, timeout: float) -> Any:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        ids = [tp.partition for tp in partitions]
+        log.info("partitions assigned", partitions=ids)
+        assert self._on_assign is not None
+        self._call_loop(self._on_assign(ids), 30)
+        if self._want_paused and partitions:
+            self._paused_applied = False  # re-apply pause to the new assignment on the next poll
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        ids = [tp.partition for tp in partitions]
+        log.info("partitions revoked; draining", partitions=ids)
+        assert self._on_revoke is not None
+        try:
+            offsets = self._call_loop(self._on_revoke(ids, False), self._revoke_wait)
+        except Exception as exc:
+            log.error("revoke drain failed; nothing committed for those partitions", partitions=ids, error=str(exc))
+            return
+        if offsets:
+            self._commit_sync(offsets)
+        for p in ids:
+            self._lag.pop(p, None)
+
+    def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        ids = [tp.partition for tp in partitions]
+        log.warning("partitions lost (session expired); not committing", partitions=ids)
+        assert self._on_revoke is not None
+        try:
+            self._call_loop(self._on_revoke(ids, True), self._revoke_wait)
+        except Exception as exc:
+            log.error("stopping lost partitions failed", partitions=ids, error=str(exc))
+
+    def _close_sync(self) -> None:
+        assert self._consumer is not None
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("consumer close failed", error=str(exc))
+        self._consumer = None
