@@ -1,0 +1,41 @@
+"""Everything a Pipeline owns, rendered in one call: spec in, manifests out, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from knarr_operator.manifests.autoscaling import scaled_object
+from knarr_operator.manifests.backfill import spark_application
+from knarr_operator.manifests.meta import PipelineRef, with_spec_hash
+from knarr_operator.manifests.workload import config_map, deployment, disruption_budget, metrics_service
+from knarr_operator.spec import OperatorSpec
+from knarr_operator.worker_config import WorkerConfig
+
+
+@dataclass(frozen=True)
+class Children:
+    """The desired children. ``backfills`` is keyed by backfill name: they are created once, never patched."""
+
+    workload: list[dict[str, Any]]
+    backfills: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Kinds the Pipeline may own but should not right now (e.g. a ScaledObject after switching to builtin).
+    absent: list[tuple[str, str, str]] = field(default_factory=list)  # (apiVersion, kind, name)
+
+
+def render_children(pipeline: PipelineRef, spec: OperatorSpec, config: WorkerConfig, replicas: int | None) -> Children:
+    """``replicas``: the Deployment's count under the builtin engine (ignored with KEDA)."""
+    keda = spec.scaling.engine == "keda"
+    workload = [
+        with_spec_hash(config_map(pipeline, config)),
+        with_spec_hash(deployment(pipeline, spec, config, None if keda else replicas), ignore=("replicas",)),
+        with_spec_hash(metrics_service(pipeline, config)),
+        with_spec_hash(disruption_budget(pipeline)),
+    ]
+    absent: list[tuple[str, str, str]] = []
+    if keda:
+        workload.append(with_spec_hash(scaled_object(pipeline, spec.scaling, config)))
+    else:
+        absent.append(("keda.sh/v1alpha1", "ScaledObject", pipeline.name))
+    backfills = {b.name: spark_application(pipeline, spec, config, b) for b in spec.backfills}
+    return Children(workload=workload, backfills=backfills, absent=absent)

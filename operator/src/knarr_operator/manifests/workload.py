@@ -1,0 +1,148 @@
+"""The worker fleet: ConfigMap, Deployment, metrics Service, PodDisruptionBudget."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from knarr_operator.manifests.meta import CONFIG_HASH_ANNOTATION, PipelineRef, content_hash, metadata, selector, labels
+from knarr_operator.spec import OperatorSpec
+from knarr_operator.worker_config import CONFIG_DIR, CONFIG_KEY, CONFIG_PATH, WorkerConfig
+
+WORKER = "worker"
+RUN_AS = 10001
+# Time the pod gets beyond the worker's own drain timeout: process exit, final commit, logs.
+SHUTDOWN_MARGIN_SECONDS = 30
+
+
+def config_map_name(pipeline: PipelineRef) -> str:
+    return f"{pipeline.name}-config"
+
+
+def config_map(pipeline: PipelineRef, config: WorkerConfig) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(pipeline, config_map_name(pipeline), WORKER),
+        "data": {CONFIG_KEY: config.to_yaml()},
+    }
+
+
+def worker_env(spec: OperatorSpec, config: WorkerConfig) -> list[dict[str, Any]]:
+    """The worker's identity, its credentials (env overrides), then the user's env."""
+    identity = {"name": config.validated.worker_name_env, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    return [identity, *(ref.env_var() for ref in config.secrets), *spec.env]
+
+
+def config_volumes(pipeline: PipelineRef) -> list[dict[str, Any]]:
+    return [
+        {"name": "config", "configMap": {"name": config_map_name(pipeline)}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+
+
+def config_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+
+
+def _sink_data_volumes(config: WorkerConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The root filesystem is read-only: filesystem sinks get a scratch volume at their base path."""
+    volumes, mounts = [], []
+    for i, (name, sink) in enumerate(sorted(config.validated.sinks.filesystem.items())):
+        volumes.append({"name": f"sink-{i}", "emptyDir": {}})
+        mounts.append({"name": f"sink-{i}", "mountPath": sink.base_path})
+    return volumes, mounts
+
+
+def deployment(pipeline: PipelineRef, spec: OperatorSpec, config: WorkerConfig, replicas: int | None) -> dict[str, Any]:
+    """``replicas`` None leaves the count to someone else (KEDA's HPA)."""
+    port = config.validated.metrics.port
+    drain = config.validated.executor.drain_timeout_seconds
+    sink_volumes, sink_mounts = _sink_data_volumes(config)
+    container: dict[str, Any] = {
+        "name": WORKER,
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": ["knarr", "run", "--config", CONFIG_PATH, "--handler", spec.handler],
+        "env": worker_env(spec, config),
+        "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "metrics"},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "metrics"},
+            "periodSeconds": 5,
+            "failureThreshold": 2,
+        },
+        "volumeMounts": config_mounts() + sink_mounts,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    resources = {k: v for k, v in (("requests", spec.resources.requests), ("limits", spec.resources.limits)) if v}
+    if resources:
+        container["resources"] = resources
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": math.ceil(drain) + SHUTDOWN_MARGIN_SECONDS,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "fsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": config_volumes(pipeline) + sink_volumes,
+    }
+    if spec.service_account_name:
+        pod_spec["serviceAccountName"] = spec.service_account_name
+    manifest: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(pipeline, pipeline.name, WORKER),
+        "spec": {
+            "selector": {"matchLabels": selector(pipeline, WORKER)},
+            # Never more than one worker away: its partitions are rebalanced onto the others.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+            "template": {
+                "metadata": {
+                    "labels": labels(pipeline, WORKER),
+                    "annotations": {CONFIG_HASH_ANNOTATION: content_hash([config.to_yaml(), [r.env_var() for r in config.secrets]])},
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+    if replicas is not None:
+        manifest["spec"]["replicas"] = replicas
+    return manifest
+
+
+def metrics_service(pipeline: PipelineRef, config: WorkerConfig) -> dict[str, Any]:
+    port = config.validated.metrics.port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(pipeline, f"{pipeline.name}-metrics", WORKER),
+        "spec": {
+            "selector": selector(pipeline, WORKER),
+            "ports": [{"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"}],
+        },
+    }
+
+
+def disruption_budget(pipeline: PipelineRef) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(pipeline, pipeline.name, WORKER),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(pipeline, WORKER)}},
+    }

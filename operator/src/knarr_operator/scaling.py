@@ -1,0 +1,54 @@
+"""The autoscaling decision: consumer lag in, worker count out. Pure; the timer does the I/O.
+
+Scale up at once (lag is work waiting); scale down only after the lag has allowed
+fewer workers for ``scale_down_delay_seconds`` without a break, so a short lull
+does not trigger a rebalance storm. Never more workers than partitions: the
+extra ones would sit idle in the consumer group.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from knarr_operator.spec import Scaling
+
+
+@dataclass(frozen=True)
+class Decision:
+    replicas: int
+    low_lag_since: float | None  # when the lag first allowed fewer workers; None while it does not
+
+    def changes(self, current: int) -> bool:
+        return self.replicas != current
+
+
+def bounds(scaling: Scaling, partitions: int) -> tuple[int, int]:
+    """[lowest, highest] worker count: the spec's range, capped by the partition count."""
+    cap = partitions if partitions > 0 else scaling.max_replicas
+    high = min(scaling.max_replicas, cap)
+    return min(scaling.min_replicas, high), high
+
+
+def wanted_replicas(scaling: Scaling, lag: int, partitions: int) -> int:
+    low, high = bounds(scaling, partitions)
+    return max(low, min(high, math.ceil(max(lag, 0) / scaling.lag_per_replica)))
+
+
+def decide(scaling: Scaling, *, current: int, lag: int, partitions: int, now: float, low_lag_since: float | None) -> Decision:
+    low, high = bounds(scaling, partitions)
+    current_in_bounds = max(low, min(high, current))
+    target = wanted_replicas(scaling, lag, partitions)
+    if target >= current_in_bounds:
+        return Decision(target, None)
+    since = now if low_lag_since is None else low_lag_since
+    if now - since >= scaling.scale_down_delay_seconds:
+        return Decision(target, None)
+    return Decision(current_in_bounds, since)
+
+
+def clamp_for_spec(scaling: Scaling, current: int | None) -> int:
+    """The count to (re)apply on reconcile: keep what the scaler chose, within the spec's range."""
+    if current is None:
+        return scaling.min_replicas
+    return max(scaling.min_replicas, min(scaling.max_replicas, current))

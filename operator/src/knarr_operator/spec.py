@@ -1,0 +1,108 @@
+"""The operator's own part of a Pipeline's spec: image, handler, scaling, backfills, ….
+
+The worker's sections (kafka, executor, sinks, …) are not repeated here: their
+schema is generated from the worker's models (see :mod:`knarr_operator.crd`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+INT_OR_STRING = {"x-kubernetes-int-or-string": True}
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class Scaling(_Part):
+    """How many workers run: a fixed range scaled by consumer lag, by the operator or by KEDA."""
+
+    min_replicas: int = Field(1, ge=0, description="Fewest workers, whatever the lag.")
+    max_replicas: int = Field(10, ge=1, description="Most workers; never more than the source topic's partitions either.")
+    lag_per_replica: int = Field(1000, ge=1, description="Consumer lag (messages) one worker is expected to keep up with.")
+    scale_down_delay_seconds: int = Field(300, ge=0, description="Lag must stay low this long before workers are removed.")
+    engine: Literal["builtin", "keda"] = Field("builtin", description="builtin: the operator scales; keda: a KEDA ScaledObject does.")
+
+
+class RangeEnd(_Part):
+    """One end of a backfill range: a timestamp, or an offset per partition."""
+
+    timestamp: str | None = Field(None, description="RFC 3339 time, e.g. 2026-11-01T00:00:00Z.", json_schema_extra={"format": "date-time"})
+    offsets: dict[str, int] | None = Field(None, description='Offset per partition, e.g. {"0": 100, "1": 250}.')
+
+
+class SparkResources(_Part):
+    """Size of the Spark job that runs a backfill."""
+
+    executors: int = Field(2, ge=1, description="Spark executor instances.")
+    executor_cores: int = Field(1, ge=1)
+    executor_memory: str = Field("2g", description="Spark memory string, e.g. 4g.")
+    driver_cores: int = Field(1, ge=1)
+    driver_memory: str = Field("1g")
+    spark_version: str = Field("3.5.3", description="Spark version of the image, as the Spark operator wants it.")
+    service_account: str = Field("", description="Service account of the driver (it creates executor pods); empty: the namespace default.")
+
+
+class Backfill(_Part):
+    """Reprocess a range of the source topic with a Spark job (SparkApplication)."""
+
+    name: str = Field(..., max_length=40, pattern=DNS_LABEL, description="Unique per Pipeline; names the SparkApplication <pipeline>-<name>.")
+    from_: RangeEnd = Field(..., alias="from", description="Start of the range (inclusive).")
+    to: RangeEnd = Field(..., description="End of the range (exclusive).")
+    spark: SparkResources = Field(default_factory=SparkResources)
+
+
+class Resources(_Part):
+    """Compute resources of each worker container."""
+
+    requests: dict[str, str] = Field(default_factory=dict, json_schema_extra={"x-schema": {"type": "object", "additionalProperties": INT_OR_STRING}})
+    limits: dict[str, str] = Field(default_factory=dict, json_schema_extra={"x-schema": {"type": "object", "additionalProperties": INT_OR_STRING}})
+
+
+ENV_VAR_SCHEMA = {
+    "type": "array",
+    "description": "Extra environment of the workers (Kubernetes EnvVar: value or valueFrom.secretKeyRef, …).",
+    "items": {
+        "type": "object",
+        "required": ["name"],
+        "properties": {"name": {"type": "string", "minLength": 1}},
+        "x-kubernetes-preserve-unknown-fields": True,
+    },
+}
+
+
+class OperatorSpec(_Part):
+    """The operator-only fields of a Pipeline's spec."""
+
+    image: str = Field(..., min_length=1, description="The handler image, built FROM knarr's worker image.")
+    handler: str = Field(..., pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", description="module.path:ClassName of the handler.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent")
+    service_account_name: str = Field("", description="Service account of the worker pods; empty: the namespace default.")
+    scaling: Scaling = Field(default_factory=Scaling)
+    resources: Resources = Field(default_factory=Resources)
+    env: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"x-schema": ENV_VAR_SCHEMA})
+    backfills: list[Backfill] = Field(default_factory=list, max_length=50)
+
+
+OPERATOR_KEYS = frozenset(f.alias or k for k, f in OperatorSpec.model_fields.items())
+
+
+class SpecError(ValueError):
+    """The operator's part of the spec is unusable (the API server normally catches this first)."""
+
+
+def split_spec(spec: Mapping[str, Any]) -> tuple[OperatorSpec, dict[str, Any]]:
+    """Split a Pipeline's spec into the operator's part (parsed) and the worker's part (camelCase)."""
+    ours = {k: v for k, v in spec.items() if k in OPERATOR_KEYS}
+    worker = {k: v for k, v in spec.items() if k not in OPERATOR_KEYS}
+    try:
+        return OperatorSpec.model_validate(ours), worker
+    except ValidationError as exc:
+        problems = "; ".join(f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise SpecError(problems) from None

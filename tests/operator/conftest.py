@@ -1,0 +1,49 @@
+"""Fixtures of the operator tests: a sample Pipeline spec, and the shared services.
+
+The real kube-apiserver and Kafka come from tests/services (envtest.py, kafka.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:  # tests/services is imported as a package from the repo root
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.services.envtest import kubeconfig  # noqa: E402,F401  (session fixture)
+from tests.services.kafka import kafka_bootstrap  # noqa: E402,F401  (session fixture)
+
+SAMPLE_SPEC: dict[str, Any] = {
+    "image": "registry.example/search-handler:1.2.0",
+    "handler": "search.handler:SearchHandler",
+    "kafka": {"brokers": "kafka:9092", "sourceTopic": "search-requests", "consumerGroup": "search"},
+    "executor": {"binaryPath": "/usr/local/bin/rg", "maxExecutors": 8, "taskTimeoutSeconds": 120, "windowSize": 20, "maxRetries": 3},
+    "sinks": {
+        "kafka": {"results": {"topic": "search-results"}},
+        "filesystem": {"logs": {"basePath": "/data"}},
+        "postgres": {"main": {"dsn": {"valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}}},
+    },
+    "dlq": {"topic": ""},
+    "scaling": {"minReplicas": 1, "maxReplicas": 12, "lagPerReplica": 1000, "scaleDownDelaySeconds": 300, "engine": "builtin"},
+    "resources": {"requests": {"cpu": "2", "memory": "2Gi"}},
+    "env": [{"name": "LOG_EXTRA", "value": "1"}],
+    "backfills": [
+        {
+            "name": "replay-2026-11-01",
+            "from": {"timestamp": "2026-11-01T00:00:00Z"},
+            "to": {"timestamp": "2026-11-02T00:00:00Z"},
+            "spark": {"executors": 4, "executorCores": 2, "executorMemory": "4g"},
+        }
+    ],
+}
+
+
+@pytest.fixture
+def sample_spec() -> dict[str, Any]:
+    return copy.deepcopy(SAMPLE_SPEC)

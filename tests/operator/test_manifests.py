@@ -1,0 +1,129 @@
+"""Rendering a Pipeline's children is a pure function of its spec."""
+
+from __future__ import annotations
+
+from knarr_operator.manifests import PipelineRef, render_children
+from knarr_operator.manifests.meta import CONFIG_HASH_ANNOTATION, SPEC_HASH_ANNOTATION
+from knarr_operator.spec import split_spec
+from knarr_operator.worker_config import render_worker_config
+
+PIPELINE = PipelineRef(name="search", namespace="team-a", uid="uid-1")
+
+
+def render(spec, replicas=2):
+    operator, worker = split_spec(spec)
+    return render_children(PIPELINE, operator, render_worker_config(worker), replicas)
+
+
+def by_kind(children):
+    return {m["kind"]: m for m in children.workload}
+
+
+def test_the_fleet_is_a_configmap_deployment_service_and_pdb(sample_spec):
+    assert set(by_kind(render(sample_spec))) == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"}
+
+
+def test_every_child_is_owned_by_its_pipeline(sample_spec):
+    children = render(sample_spec)
+    for manifest in [*children.workload, *children.backfills.values()]:
+        (owner,) = manifest["metadata"]["ownerReferences"]
+        assert owner == {"apiVersion": "knarr.dev/v1alpha1", "kind": "Pipeline", "name": "search", "uid": "uid-1", "controller": True, "blockOwnerDeletion": True}
+
+
+def test_the_worker_runs_the_handler_with_the_mounted_config(sample_spec):
+    pod = by_kind(render(sample_spec))["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["knarr", "run", "--config", "/etc/knarr/config.yaml", "--handler", "search.handler:SearchHandler"]
+    assert {"name": "config", "mountPath": "/etc/knarr", "readOnly": True} in container["volumeMounts"]
+    assert {"name": "config", "configMap": {"name": "search-config"}} in pod["volumes"]
+
+
+def test_probes_use_the_metrics_port_from_the_worker_config(sample_spec):
+    sample_spec["metrics"] = {"port": 9100}
+    container = by_kind(render(sample_spec))["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+
+
+def test_grace_period_outlasts_the_executor_drain_timeout(sample_spec):
+    sample_spec["executor"]["drainTimeoutSeconds"] = 95.5
+    pod = by_kind(render(sample_spec))["Deployment"]["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] >= 96 + 10
+
+
+def test_a_rollout_never_takes_more_than_one_worker_down(sample_spec):
+    strategy = by_kind(render(sample_spec))["Deployment"]["spec"]["strategy"]
+    assert strategy["rollingUpdate"] == {"maxUnavailable": 1, "maxSurge": 0}
+    assert by_kind(render(sample_spec))["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
+
+
+def test_workers_run_as_non_root_on_a_read_only_root_filesystem_with_a_writable_tmp(sample_spec):
+    pod = by_kind(render(sample_spec))["Deployment"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
+
+
+def test_credentials_reach_the_worker_as_secret_env_and_user_env_follows(sample_spec):
+    env = by_kind(render(sample_spec))["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    names = [e["name"] for e in env]
+    assert names == ["WORKER_ID", "KNARR_SINKS__POSTGRES__MAIN__DSN", "LOG_EXTRA"]
+
+
+def test_a_config_change_changes_the_pod_template_hash_so_pods_roll(sample_spec):
+    before = by_kind(render(sample_spec))["Deployment"]["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
+    sample_spec["executor"]["windowSize"] = 21
+    after = by_kind(render(sample_spec))["Deployment"]["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
+    assert before != after
+
+
+def test_rendering_is_deterministic(sample_spec):
+    assert render(sample_spec) == render(sample_spec)
+
+
+def test_the_replica_count_does_not_change_the_deployments_spec_hash(sample_spec):
+    one = by_kind(render(sample_spec, replicas=1))["Deployment"]["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+    five = by_kind(render(sample_spec, replicas=5))["Deployment"]["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+    assert one == five
+
+
+def test_with_keda_a_scaled_object_owns_the_replica_count(sample_spec):
+    sample_spec["scaling"]["engine"] = "keda"
+    kinds = by_kind(render(sample_spec))
+    assert "replicas" not in kinds["Deployment"]["spec"]
+    scaled = kinds["ScaledObject"]
+    assert scaled["apiVersion"] == "keda.sh/v1alpha1"
+    assert scaled["spec"]["scaleTargetRef"]["name"] == "search"
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "kafka"
+    assert trigger["metadata"]["consumerGroup"] == "search"
+    assert trigger["metadata"]["lagThreshold"] == "1000"
+
+
+def test_with_the_builtin_engine_a_leftover_scaled_object_is_removed(sample_spec):
+    children = render(sample_spec)
+    assert ("keda.sh/v1alpha1", "ScaledObject", "search") in children.absent
+
+
+def test_a_backfill_is_a_spark_application_running_the_backfill_entry_point(sample_spec):
+    app = render(sample_spec).backfills["replay-2026-11-01"]
+    assert app["apiVersion"] == "sparkoperator.k8s.io/v1beta2"
+    assert app["metadata"]["name"] == "search-replay-2026-11-01"
+    assert app["spec"]["mainApplicationFile"] == "local:///opt/knarr/spark_entry.py"
+    assert app["spec"]["image"] == sample_spec["image"]
+    assert app["spec"]["arguments"] == [
+        "--config", "/etc/knarr/config.yaml", "--handler", "search.handler:SearchHandler",
+        "--from-timestamp", "2026-11-01T00:00:00Z", "--to-timestamp", "2026-11-02T00:00:00Z",
+        "--report", "/tmp/knarr-backfill-replay-2026-11-01.json",
+    ]  # fmt: skip
+    assert app["spec"]["executor"]["instances"] == 4
+    assert {"name": "config", "configMap": {"name": "search-config"}} in app["spec"]["volumes"]
+
+
+def test_an_offset_backfill_passes_partition_offset_pairs_in_partition_order(sample_spec):
+    sample_spec["backfills"] = [{"name": "b", "from": {"offsets": {"10": 5, "2": 100}}, "to": {"offsets": {"2": 200, "10": 9}}}]
+    args = render(sample_spec).backfills["b"]["spec"]["arguments"]
+    assert args[4:8] == ["--from-offsets", "2:100,10:5", "--to-offsets", "2:200,10:9"]

@@ -1,0 +1,72 @@
+"""The worker's config file is rendered in the worker's own keys and validated by the worker."""
+
+from __future__ import annotations
+
+import pytest
+from knarr.config import load_config
+
+from knarr_operator.spec import split_spec
+from knarr_operator.worker_config import InvalidConfig, render_worker_config
+
+
+def test_config_uses_the_workers_snake_case_keys(sample_spec):
+    _, worker = split_spec(sample_spec)
+    data = render_worker_config(worker).data
+    assert data["kafka"]["source_topic"] == "search-requests"
+    assert data["executor"]["max_executors"] == 8
+    assert data["sinks"]["filesystem"]["logs"] == {"base_path": "/data"}
+
+
+def test_user_chosen_keys_are_not_renamed(sample_spec):
+    sample_spec["kafka"]["extra"] = {"security.protocol": "SASL_SSL", "someCamel": "x"}
+    sample_spec["sinks"]["kafka"] = {"myResults": {"topic": "t"}}
+    _, worker = split_spec(sample_spec)
+    data = render_worker_config(worker).data
+    assert data["kafka"]["extra"] == {"security.protocol": "SASL_SSL", "someCamel": "x"}
+    assert "myResults" in data["sinks"]["kafka"]
+
+
+def test_a_secret_dsn_becomes_an_env_override_and_stays_out_of_the_file(sample_spec):
+    _, worker = split_spec(sample_spec)
+    config = render_worker_config(worker)
+    assert "dsn" not in config.data["sinks"]["postgres"]["main"]
+    assert "secret" not in config.to_yaml()
+    (ref,) = config.secrets
+    assert ref.env_var() == {"name": "KNARR_SINKS__POSTGRES__MAIN__DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}
+
+
+def test_the_worker_reads_the_secret_override_over_the_rendered_file(sample_spec, tmp_path):
+    _, worker = split_spec(sample_spec)
+    config = render_worker_config(worker)
+    path = tmp_path / "config.yaml"
+    path.write_text(config.to_yaml())
+    loaded = load_config(path, env={config.secrets[0].env_name: "postgresql://u:p@db/x"})
+    assert loaded.sinks.postgres["main"].dsn == "postgresql://u:p@db/x"
+
+
+def test_a_config_the_worker_rejects_is_an_error_naming_the_key(sample_spec):
+    sample_spec["kafka"].update(heartbeatIntervalMs=50_000, sessionTimeoutMs=45_000)
+    _, worker = split_spec(sample_spec)
+    with pytest.raises(InvalidConfig, match="heartbeat_interval_ms"):
+        render_worker_config(worker)
+
+
+def test_a_pipeline_without_sinks_is_rejected_with_the_workers_message(sample_spec):
+    sample_spec["sinks"] = {}
+    _, worker = split_spec(sample_spec)
+    with pytest.raises(InvalidConfig, match="no sink is configured"):
+        render_worker_config(worker)
+
+
+def test_a_mixed_case_sink_name_cannot_take_its_dsn_from_a_secret(sample_spec):
+    sample_spec["sinks"]["postgres"] = {"Main": sample_spec["sinks"]["postgres"]["main"]}
+    _, worker = split_spec(sample_spec)
+    with pytest.raises(InvalidConfig, match="lower-case name"):
+        render_worker_config(worker)
+
+
+def test_disabled_metrics_are_rejected_because_the_probes_need_them(sample_spec):
+    sample_spec["metrics"] = {"enabled": False}
+    _, worker = split_spec(sample_spec)
+    with pytest.raises(InvalidConfig, match="metrics.enabled"):
+        render_worker_config(worker)
