@@ -18,6 +18,7 @@ from knarr.engine.execution import TaskExecutor
 from knarr.engine.processes import install_child_watcher
 from knarr.engine.processor import PartitionProcessor
 from knarr.engine.scheduling import SlotScheduler
+from knarr.engine.stats import RunStats
 from knarr.observability import metrics
 from knarr.observability.health import HealthServer
 from knarr.observability.logging import configure_logging, get_logger
@@ -45,6 +46,7 @@ class Worker:
         self._background: set[asyncio.Task] = set()
         self.health: HealthServer | None = None
         self.sinks: SinkManager | None = None
+        self.stats = RunStats()
 
     # --- startup ---------------------------------------------------------------------------
     async def run(self) -> int:
@@ -212,7 +214,8 @@ class Worker:
             if p in self.processors:
                 continue
             processor = PartitionProcessor(
-                self.source.topic, p, self.handler, self.executor, self.sinks, self.config.executor, self.fail
+                self.source.topic, p, self.handler, self.executor, self.sinks, self.config.executor, self.fail,
+                stats=self.stats,
             )
             processor.start()
             self.processors[p] = processor

@@ -23,6 +23,7 @@ from knarr.api.tasks import ExecutorError, ExecutorTask
 from knarr.config.models import ExecutorConfig
 from knarr.engine.accounting import MessageTracker, TaskRun, Window
 from knarr.engine.execution import Failed, Replaced, Succeeded, TaskExecutor
+from knarr.engine.stats import RunStats
 from knarr.engine.watermark import OffsetWatermark
 from knarr.observability import events, metrics
 from knarr.observability.logging import get_logger
@@ -46,6 +47,7 @@ class PartitionProcessor:
         config: ExecutorConfig,
         on_fatal: Callable[[BaseException], None],
         on_progress: Callable[[], None] | None = None,
+        stats: RunStats | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -55,6 +57,7 @@ class PartitionProcessor:
         self.config = config
         self.on_fatal = on_fatal
         self.on_progress = on_progress or (lambda: None)
+        self.stats = stats or RunStats()
         self.watermark = OffsetWatermark()
         self.log = get_logger(partition=partition, topic=topic)
         self._queue: deque[SourceMessage] = deque()
@@ -186,6 +189,7 @@ class PartitionProcessor:
         self._maybe_finish_window(window)
 
     def _track(self, run: TaskRun) -> None:
+        self.stats.tasks += 1
         task_id = run.task.task_id
         if task_id in self._pending:
             self.log.warning("duplicate task_id in flight", task_id=task_id)
@@ -211,6 +215,7 @@ class PartitionProcessor:
             if isinstance(outcome, Succeeded):
                 done = await self._on_success(run, outcome)
             elif isinstance(outcome, Replaced):
+                self.stats.replaced += 1
                 new_runs, done = window.replace(run, outcome.tasks)
                 if window.untracked_offsets:
                     metrics.untracked_offsets.inc(window.untracked_offsets)
@@ -221,6 +226,7 @@ class PartitionProcessor:
                     self._spawn(self._execute(new))
             else:
                 assert isinstance(outcome, Failed)
+                self.stats.failed += 1
                 done = window.fail(run, outcome.error)
         except asyncio.CancelledError:
             raise
@@ -246,6 +252,7 @@ class PartitionProcessor:
                 exception=f"on_task_complete raised {type(exc).__name__}: {exc}", reason="hook",
                 attempt=run.attempt, result=result,
             )
+            self.stats.failed += 1
             return run.window.fail(run, error)
         finally:
             metrics.handler_duration.labels("on_task_complete").observe(time.monotonic() - started)
@@ -262,7 +269,9 @@ class PartitionProcessor:
         if not isinstance(collect, CollectResult):
             raise FatalError(f"hooks must return CollectResult or None, got {type(collect).__name__}")
         try:
-            return await self.sinks.deliver(collect, self.partition)
+            delivered = await self.sinks.deliver(collect, self.partition)
+            self.stats.outputs += delivered
+            return delivered
         except ValueError as exc:  # sink resolution: a handler bug, fail fast without committing
             raise FatalError(str(exc)) from exc
 
@@ -298,6 +307,9 @@ class PartitionProcessor:
         self._maybe_finish_window(window)
 
     def _complete_offset(self, window: Window, tracker: MessageTracker) -> None:
+        self.stats.messages += 1
+        if not tracker.tasks:
+            self.stats.empty_messages += 1
         self.watermark.complete(tracker.message.offset)
         window.group_closed()
         self.on_progress()

@@ -48,6 +48,7 @@ class SinkManager:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.connected = False
+        self.dead_lettered = 0
 
     async def connect_all(self) -> None:
         """Connect every sink and the DLQ, in order; the first failure stops startup."""
@@ -144,6 +145,7 @@ class SinkManager:
             try:
                 await self.dlq.send(error, partition)
                 metrics.sink_dlq.labels(error.sink_name, error.sink_type).inc()
+                self.dead_lettered += len(error.payloads)
                 log.warning("payloads dead-lettered", sink=error.sink_name, dlq=self.dlq.topic, count=len(error.payloads), error=error.error)
                 return
             except Exception as exc:
