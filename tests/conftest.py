@@ -1,0 +1,12 @@
+"""Test session wiring: real services are started (or reused) by session fixtures.
+
+A test that needs a service and cannot get it fails with the service's log tail; nothing
+is skipped for missing infrastructure.
+"""
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # so `tests.*` imports work
+
+pytest_plugins = ["tests.services.kafka", "tests.services.envtest"]
