@@ -1,4 +1,35 @@
-# Developer entry points. Each target is a thin wrapper around a script in hack/.
+# Developer entry points. Each target is a thin wrapper around a script in hack/ or a uv command.
+# Two commands on a fresh machine: `make demo` (no services needed) and `make test` (starts real services).
+
+SHELL := /bin/bash
+UV ?= $(shell command -v uv 2>/dev/null || echo "$(HOME)/.local/bin/uv")
+PYTEST_ARGS ?=
+
+.PHONY: setup demo demo-kafka test test-unit
+
+# Install uv (from PyPI) if missing, then the whole workspace from the lock file
+setup:
+	@command -v uv >/dev/null 2>&1 || [ -x "$(HOME)/.local/bin/uv" ] || python3 -m pip install --user --quiet uv
+	$(UV) sync --all-packages --frozen
+
+# Run the fan-out search demo on the embedded JSONL source (no Kafka needed); results under out/demo
+demo: setup
+	$(UV) run knarr demo --out out/demo
+
+# The same demo on the local Kafka broker (started if needed)
+demo-kafka: setup
+	@bootstrap=$$(hack/kafka/kafka.sh up | sed -n 's/^KAFKA_BOOTSTRAP=//p'); \
+	$(UV) run knarr demo --out out/demo-kafka --kafka "$$bootstrap"
+
+# Everything: install, start Kafka and the Kubernetes test control plane, run every test
+test: setup
+	hack/kafka/kafka.sh up
+	hack/envtest/envtest.sh up
+	$(UV) run pytest $(PYTEST_ARGS)
+
+# Only the tests that need no service (fast feedback)
+test-unit: setup
+	$(UV) run pytest tests/unit $(PYTEST_ARGS)
 
 .PHONY: tools envtest-up envtest-down kafka-up kafka-down
 
