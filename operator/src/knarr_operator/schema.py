@@ -19,24 +19,13 @@ from pydantic_core import PydanticUndefined
 from knarr_operator.credentials import SECRET_FIELDS
 from knarr_operator.naming import camel
 
-SECRET_REF_RULE = (
-    "type(self) == string ? size(self) > 0 : "
-    "(has(self.valueFrom) && has(self.valueFrom.secretKeyRef) && "
-    "has(self.valueFrom.secretKeyRef.name) && has(self.valueFrom.secretKeyRef.key))"
-)
-
-
 def secret_or_string(description: str) -> dict[str, Any]:
     return {
         "description": (description + " " if description else "")
         + "A string, or {valueFrom: {secretKeyRef: {name, key}}} to read it from a Secret.",
+        # Untyped so it can be either; CEL cannot see such a field, so its shape is
+        # checked by the operator (an InvalidConfig condition naming the field).
         "x-kubernetes-preserve-unknown-fields": True,
-        "x-kubernetes-validations": [
-            {
-                "rule": SECRET_REF_RULE,
-                "message": "must be a non-empty string or {valueFrom: {secretKeyRef: {name: <secret>, key: <key>}}}",
-            }
-        ],
     }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -35,6 +35,15 @@ class RangeEnd(_Part):
 
     timestamp: str | None = Field(None, description="RFC 3339 time, e.g. 2026-11-01T00:00:00Z.", json_schema_extra={"format": "date-time"})
     offsets: dict[str, int] | None = Field(None, description='Offset per partition, e.g. {"0": 100, "1": 250}.')
+
+
+    @field_validator("offsets")
+    @classmethod
+    def _partition_numbers(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        for partition in value or {}:
+            if not partition.isdigit():
+                raise ValueError(f"offsets key {partition!r} is not a partition number; write {{\"0\": 100, \"1\": 250}}")
+        return value
 
 
 class SparkResources(_Part):
@@ -87,7 +96,7 @@ class OperatorSpec(_Part):
     scaling: Scaling = Field(default_factory=Scaling)
     resources: Resources = Field(default_factory=Resources)
     env: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"x-schema": ENV_VAR_SCHEMA})
-    backfills: list[Backfill] = Field(default_factory=list, max_length=50)
+    backfills: list[Backfill] = Field(default_factory=list, max_length=20)
 
 
 OPERATOR_KEYS = frozenset(f.alias or k for k, f in OperatorSpec.model_fields.items())
