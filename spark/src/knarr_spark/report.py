@@ -1,0 +1,116 @@
+"""What a backfill did: per-chunk results, their totals per partition, the report and summary. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+COUNTS = ("messages", "empty_messages", "tasks", "succeeded", "failed", "replaced", "dead_lettered", "outputs")
+
+
+@dataclass
+class ChunkResult:
+    """One chunk's outcome, sent from its Spark task back to the driver (as a dict)."""
+
+    index: int
+    partition: int
+    start: int
+    end: int
+    ok: bool = True
+    error: str = ""
+    attempt: int = 1  # which Spark attempt produced this result (1: first try)
+    duration_seconds: float = 0.0
+    messages: int = 0
+    empty_messages: int = 0
+    tasks: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    replaced: int = 0
+    dead_lettered: int = 0
+    outputs: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChunkResult:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass
+class BackfillReport:
+    source: dict[str, Any]
+    chunk_size: int
+    planned_chunks: int
+    chunks: list[ChunkResult]
+    duration_seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    aborted: str = ""  # set when the Spark job itself failed (a chunk crashed on every attempt)
+
+    @property
+    def failed_chunks(self) -> list[ChunkResult]:
+        return [c for c in self.chunks if not c.ok]
+
+    @property
+    def ok(self) -> bool:
+        return not self.aborted and not self.failed_chunks and len(self.chunks) == self.planned_chunks
+
+    def totals(self) -> dict[str, int]:
+        return _sum(self.chunks)
+
+    def per_partition(self) -> dict[int, dict[str, int]]:
+        by: dict[int, list[ChunkResult]] = {}
+        for c in self.chunks:
+            by.setdefault(c.partition, []).append(c)
+        return {p: {**_sum(cs), "chunks": len(cs), "failed_chunks": sum(not c.ok for c in cs)} for p, cs in sorted(by.items())}
+
+    def as_dict(self) -> dict[str, Any]:
+        totals = self.totals()
+        return {
+            "status": "succeeded" if self.ok else "failed",
+            "source": self.source,
+            "chunk_size": self.chunk_size,
+            "planned_chunks": self.planned_chunks,
+            "completed_chunks": sum(c.ok for c in self.chunks),
+            "failed_chunks": [c.as_dict() for c in self.failed_chunks],
+            "retried_chunks": sum(c.attempt > 1 for c in self.chunks),
+            "aborted": self.aborted,
+            "warnings": self.warnings,
+            "duration_seconds": round(self.duration_seconds, 3),
+            "messages_per_second": round(totals["messages"] / self.duration_seconds, 1) if self.duration_seconds else None,
+            "totals": totals,
+            "partitions": {str(p): v for p, v in self.per_partition().items()},
+            "chunks": [c.as_dict() for c in sorted(self.chunks, key=lambda c: c.index)],
+        }
+
+
+def _sum(chunks: Iterable[ChunkResult]) -> dict[str, int]:
+    out = dict.fromkeys(COUNTS, 0)
+    for c in chunks:
+        for k in COUNTS:
+            out[k] += getattr(c, k)
+    return out
+
+
+def summary_text(report: BackfillReport) -> str:
+    """The human summary printed at the end: one line per partition, then the total."""
+    data = report.as_dict()
+    header = f"{'partition':>9}  {'chunks':>6}  {'messages':>9}  {'tasks':>7}  {'ok':>7}  {'failed':>6}  {'replaced':>8}  {'dlq':>5}"
+    lines = [f"knarr backfill {data['status']}: {data['completed_chunks']}/{data['planned_chunks']} chunks in "
+             f"{data['duration_seconds']}s", header]
+
+    def row(name: str, v: Mapping[str, int], chunks: int) -> str:
+        return (f"{name:>9}  {chunks:>6}  {v['messages']:>9}  {v['tasks']:>7}  {v['succeeded']:>7}  {v['failed']:>6}  "
+                f"{v['replaced']:>8}  {v['dead_lettered']:>5}")
+
+    for p, v in report.per_partition().items():
+        lines.append(row(str(p), v, v["chunks"]))
+    lines.append(row("total", data["totals"], len(report.chunks)))
+    for w in report.warnings:
+        lines.append(f"warning: {w}")
+    for c in report.failed_chunks:
+        lines.append(f"FAILED chunk {c.index} (partition {c.partition} [{c.start}, {c.end})) after {c.attempt} attempt(s): {c.error}")
+    if report.aborted:
+        lines.append(f"ABORTED: {report.aborted}")
+    return "\n".join(lines)
