@@ -1,0 +1,96 @@
+"""The configuration reference, generated from the models (``python -m knarr.config.reference``).
+
+The README embeds its output between markers; a test fails when the two drift apart.
+"""
+
+from __future__ import annotations
+
+import sys
+import typing
+from pathlib import Path
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from knarr.config.models import SinksConfig
+from knarr.config.root import KnarrConfig
+
+START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
+
+
+def _type_name(annotation: object) -> str:
+    text = str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
+    return text.replace("knarr.config.models.", "").replace("|", "\\|")
+
+
+def _default(field) -> str:
+    if field.default is PydanticUndefined and field.default_factory is None:
+        return "(required)"
+    value = field.default_factory() if field.default_factory is not None else field.default
+    if isinstance(value, BaseModel):
+        return ""
+    return f"`{value!r}`"
+
+
+def _constraints(field) -> str:
+    out = []
+    for meta in field.metadata:
+        for attr, sym in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("min_length", "min length")):
+            if getattr(meta, attr, None) is not None:
+                out.append(f"{sym} {getattr(meta, attr)}")
+    return ", ".join(out)
+
+
+def _section(title: str, model: type[BaseModel], prefix: str) -> list[str]:
+    lines = [f"### `{title}`", "", "| key | type | default | constraint | description |", "|---|---|---|---|---|"]
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            continue
+        desc = (field.description or "").replace("|", "\\|")
+        lines.append(f"| `{prefix}{name}` | {_type_name(annotation)} | {_default(field)} | {_constraints(field)} | {desc} |")
+    return lines + [""]
+
+
+def render() -> str:
+    parts = [
+        "Every key can be set in the YAML file or overridden by an environment variable: "
+        "`KNARR_` + the path in upper case with `__` between levels (e.g. `KNARR_EXECUTOR__MAX_EXECUTORS=8`, "
+        "`KNARR_SINKS__KAFKA__RESULTS__TOPIC=out`). Unknown keys and invalid values stop startup.",
+        "",
+    ]
+    parts += _section("(root)", KnarrConfig, "")
+    for name, field in KnarrConfig.model_fields.items():
+        annotation = field.annotation
+        if name == "sinks":
+            continue
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            parts += _section(name, annotation, f"{name}.")
+            for sub_name, sub in annotation.model_fields.items():
+                args = [a for a in typing.get_args(sub.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+                if args:
+                    parts += _section(f"{name}.{sub_name}", args[0], f"{name}.{sub_name}.")
+    parts.append("### `sinks`\n\nNamed instances per type: `sinks.<type>.<name>.<key>`. At least one sink is required.\n")
+    for sink_type, field in SinksConfig.model_fields.items():
+        model = typing.get_args(field.annotation)[1]
+        parts += _section(f"sinks.{sink_type}.<name>", model, "")
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def embed(text: str, reference: str) -> str:
+    head, _, rest = text.partition(START)
+    _, _, tail = rest.partition(END)
+    return f"{head}{START}\n{reference}{END}{tail}"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--write":
+        path = Path(argv[1])
+        path.write_text(embed(path.read_text(), render()))
+        return 0
+    sys.stdout.write(render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
