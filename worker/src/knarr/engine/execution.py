@@ -21,6 +21,8 @@ from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 
 log = get_logger(component="executor")
+_completed = metrics.tasks.labels("completed")
+_failed = metrics.tasks.labels("failed")
 
 
 @dataclass(slots=True)
@@ -69,7 +71,7 @@ class TaskExecutor:
             if error.reason == "expired":
                 metrics.tasks.labels("expired").inc()
                 return Failed(error), attempt
-            metrics.tasks.labels("failed").inc()
+            _failed.inc()
             decision = await self._on_error(task, error)
             if isinstance(decision, list):
                 metrics.tasks.labels("replaced").inc()
@@ -129,7 +131,7 @@ class TaskExecutor:
         )
         metrics.task_duration.observe(proc.duration_seconds)
         if proc.exit_code == 0:
-            metrics.tasks.labels("completed").inc()
+            _completed.inc()
             return result
         if proc.timed_out:
             metrics.task_timeouts.inc()

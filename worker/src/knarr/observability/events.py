@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from knarr.observability import logging as knarr_logging
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 
 _log = get_logger(component="flight")
+_counters = {name: metrics.flight_events.labels(name) for name in ("task_complete", "message_complete", "window_complete")}
 
 
 def emit(event: str, **fields: Any) -> None:
-    metrics.flight_events.labels(event).inc()
-    _log.debug(event, **fields)
+    counter = _counters.get(event) or metrics.flight_events.labels(event)
+    counter.inc()
+    if knarr_logging.debug_enabled:  # building the record costs more than the event itself
+        _log.debug(event, **fields)

@@ -8,7 +8,12 @@ import sys
 import structlog
 
 
+debug_enabled = False
+
+
 def configure_logging(level: str = "INFO", fmt: str = "json", **context: str) -> None:
+    global debug_enabled
+    debug_enabled = level.upper() == "DEBUG"
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
