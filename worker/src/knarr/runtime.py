@@ -15,7 +15,7 @@ from typing import Any
 from knarr.api.handler import BaseHandler, periodic_methods
 from knarr.config.root import KnarrConfig
 from knarr.engine.execution import TaskExecutor
-from knarr.engine.processes import install_child_watcher
+from knarr.engine.processes import seal_inherited_fds
 from knarr.engine.processor import PartitionProcessor
 from knarr.engine.scheduling import SlotScheduler
 from knarr.engine.stats import RunStats
@@ -51,7 +51,7 @@ class Worker:
     # --- startup ---------------------------------------------------------------------------
     async def run(self) -> int:
         """Run until stopped (signal, stop(), a bounded source running dry, or a fatal error). Returns the exit code."""
-        install_child_watcher()
+        seal_inherited_fds()
         cluster = os.environ.get(self.config.cluster_name_env, "") if self.config.cluster_name_env else ""
         configure_logging(
             self.config.logging.level, self.config.logging.format,
