@@ -129,4 +129,4 @@ def test_spark_retries_a_task_as_often_as_the_master_or_max_failures_say():
 
 def test_the_progress_bar_shows_done_out_of_total_and_retries():
     assert render(5, 10, 0, 61, width=10) == "[#####.....]     5/10 chunks  50%  1:01"
-    assert "1 failed attempt(s), retrying" in render(0, 3, 1, 0)
+    assert "1 failed attempt(s) (retried)" in render(0, 3, 1, 0)

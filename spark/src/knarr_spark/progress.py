@@ -15,7 +15,7 @@ def render(done: int, total: int, failed_attempts: int, elapsed: float, width: i
     fraction = done / total if total else 1.0
     filled = min(width, int(fraction * width))
     minutes, seconds = divmod(int(elapsed), 60)
-    retried = f"  {failed_attempts} failed attempt(s), retrying" if failed_attempts else ""
+    retried = f"  {failed_attempts} failed attempt(s) (retried)" if failed_attempts else ""
     return f"[{'#' * filled}{'.' * (width - filled)}] {done:>5}/{total} chunks {fraction:>4.0%}{retried}  {minutes}:{seconds:02d}"
 
 
