@@ -9,6 +9,7 @@ So a resync, an operator restart or a replayed event writes nothing.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,7 +29,8 @@ def load_client() -> DynamicClient:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        # Read $KUBECONFIG now: the client library reads it once, at import time.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     return DynamicClient(client.ApiClient())
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
+
+_log = logging.getLogger("knarr_operator.kafka")
 
 # Connection settings an admin client shares with the worker's consumer; the rest
 # of kafka.extra (fetch sizes, …) would be rejected by an admin client.
@@ -26,7 +29,8 @@ class Lag:
 def consumer_lag(brokers: str, group: str, topic: str, extra: Mapping[str, object] | None = None, timeout: float = 5.0) -> Lag:
     conf = {"bootstrap.servers": brokers, "socket.timeout.ms": int(timeout * 1000)}
     conf.update({k: str(v) for k, v in (extra or {}).items() if k.startswith(_SHARED_PREFIXES)})
-    admin = AdminClient(conf)
+    # librdkafka would print every failed connection attempt; route it to logging instead.
+    admin = AdminClient(conf, logger=_log)
     try:
         metadata = admin.list_topics(topic, timeout=timeout)
         info = metadata.topics.get(topic)

@@ -1,0 +1,124 @@
+"""Helpers of the operator tests against the real API server: CRDs, namespaces, the operator, polling."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from kubernetes import client, config
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError
+
+from knarr_operator.crd import crd_paths, repo_root
+
+FIXTURES = Path(__file__).parent / "fixtures"
+T = TypeVar("T")
+
+
+def wait_for(probe: Callable[[], T], timeout: float = 60, what: str = "condition") -> T:
+    """Poll ``probe`` until it returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except NotFoundError as exc:
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
+
+
+def dynamic(kubeconfig: str) -> DynamicClient:
+    return DynamicClient(config.new_client_from_config(config_file=kubeconfig))
+
+
+def install_crds(api: DynamicClient) -> None:
+    crds = api.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+    paths = [crd_paths(repo_root())[0], FIXTURES / "sparkapplications.yaml", FIXTURES / "scaledobjects.yaml"]
+    for path in paths:
+        body = yaml.safe_load(path.read_text())
+        api.server_side_apply(crds, body=body, field_manager="knarr-tests", force_conflicts=True)
+        name = body["metadata"]["name"]
+
+        def established(name: str = name) -> bool:
+            conds = crds.get(name=name).to_dict().get("status", {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+        wait_for(established, 30, f"CRD {name} established")
+    api.resources.invalidate_cache()
+    wait_for(lambda: _discoverable(api), 30, "CRDs in discovery")
+
+
+def _discoverable(api: DynamicClient) -> bool:
+    try:
+        for av, kind in (("knarr.dev/v1alpha1", "Pipeline"), ("sparkoperator.k8s.io/v1beta2", "SparkApplication"), ("keda.sh/v1alpha1", "ScaledObject")):
+            api.resources.get(api_version=av, kind=kind)
+        return True
+    except Exception:
+        api.resources.invalidate_cache()
+        return False
+
+
+@contextlib.contextmanager
+def namespace(api: DynamicClient, name: str) -> Iterator[str]:
+    ns = api.resources.get(api_version="v1", kind="Namespace")
+    ns.create(body={"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        ns.delete(name=name)
+
+
+@contextlib.contextmanager
+def running_operator(kubeconfig: str, namespace_pattern: str) -> Iterator[Any]:
+    """The real operator (kopf's own test runner), watching namespaces that match the pattern."""
+    os.environ["KUBECONFIG"] = kubeconfig
+    os.environ["KNARR_OPERATOR_RESYNC_SECONDS"] = "1"
+    from kopf.testing import KopfRunner
+
+    import knarr_operator.handlers as handlers
+
+    handlers.RESYNC_SECONDS = 1.0
+    handlers._cluster = None  # noqa: SLF001  pick up this kubeconfig
+    args = ["run", "--standalone", "--namespace", namespace_pattern, "-m", "knarr_operator.handlers", "--verbose"]
+    with KopfRunner(args, timeout=60) as runner:
+        yield runner
+    (repo_root() / ".cache" / "operator-test.log").write_text(runner.output)
+    assert runner.exit_code == 0, runner.output
+    assert runner.exception is None, runner.output
+
+
+def get(api: DynamicClient, api_version: str, kind: str, ns: str, name: str) -> dict[str, Any] | None:
+    try:
+        return api.resources.get(api_version=api_version, kind=kind).get(name=name, namespace=ns).to_dict()
+    except NotFoundError:
+        return None
+
+
+def pipeline(api: DynamicClient, ns: str, name: str) -> dict[str, Any]:
+    return api.resources.get(api_version="knarr.dev/v1alpha1", kind="Pipeline").get(name=name, namespace=ns).to_dict()
+
+
+def create_pipeline(api: DynamicClient, ns: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    res = api.resources.get(api_version="knarr.dev/v1alpha1", kind="Pipeline")
+    return res.create(body={"apiVersion": "knarr.dev/v1alpha1", "kind": "Pipeline", "metadata": {"name": name}, "spec": spec}, namespace=ns).to_dict()
+
+
+def patch_pipeline(api: DynamicClient, ns: str, name: str, spec_patch: dict[str, Any]) -> None:
+    res = api.resources.get(api_version="knarr.dev/v1alpha1", kind="Pipeline")
+    res.patch(name=name, namespace=ns, body={"spec": spec_patch}, content_type="application/merge-patch+json")
+
+
+def condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in (body.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+
+
+def apps(api: DynamicClient) -> client.AppsV1Api:
+    return client.AppsV1Api(api.client)
