@@ -52,3 +52,26 @@ kafka-up:
 # Stop the local Kafka broker (idempotent)
 kafka-down:
 	hack/kafka/kafka.sh down
+
+# --- operator (operator/README.md) --------------------------------------------
+.PHONY: crds images kind-up kind-down
+
+# Regenerate the Pipeline CRD (crds/ and the chart's crds/) from the worker's config models
+crds:
+	uv run python -m knarr_operator.crd
+
+# Build the operator and worker images with docker or podman, whichever is there
+CONTAINER_TOOL ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+images:
+	@if [ -z "$(CONTAINER_TOOL)" ] || ! $(CONTAINER_TOOL) info >/dev/null 2>&1; then \
+		echo "make images: no working docker or podman here (install one, or start its daemon); nothing built" >&2; exit 1; fi
+	$(CONTAINER_TOOL) build -f Dockerfile.operator -t knarr-operator:0.1.0 .
+	@if [ -f Dockerfile ]; then $(CONTAINER_TOOL) build -f Dockerfile -t knarr-worker:0.1.0 .; \
+	else echo "make images: no worker Dockerfile yet; built the operator image only" >&2; fi
+
+# A local kind cluster with the operator chart, a demo Kafka and examples/pipeline.yaml (needs Docker, kind, helm)
+kind-up: images
+	operator/scripts/kind.sh up
+
+kind-down:
+	operator/scripts/kind.sh down
