@@ -200,5 +200,5 @@ def _spark_failure(exc: BaseException) -> str:
     text = str(exc)
     for line in text.splitlines():
         if "Job aborted due to stage failure" in line or "Error" in line:
-            return line.strip()[:2000]
+            return line.strip().lstrip(": ")[:2000]
     return text.strip().splitlines()[0][:2000] if text.strip() else type(exc).__name__
