@@ -23,6 +23,7 @@ from knarr.api.tasks import ExecutorError, ExecutorTask
 from knarr.config.models import ExecutorConfig
 from knarr.engine.accounting import MessageTracker, TaskRun, Window
 from knarr.engine.execution import Failed, Replaced, Succeeded, TaskExecutor
+from knarr.engine.hooks import call_hook
 from knarr.engine.stats import RunStats
 from knarr.engine.watermark import OffsetWatermark
 from knarr.observability import events, metrics
@@ -242,11 +243,11 @@ class PartitionProcessor:
     async def _on_success(self, run: TaskRun, outcome: Succeeded) -> list[MessageTracker]:
         result = outcome.result
         started = time.monotonic()
-        try:
-            collect = await self.handler.on_task_complete(result)
-        except Exception as exc:
-            metrics.hook_errors.labels("on_task_complete").inc()
-            self.log.exception("on_task_complete raised; the task counts as failed", task_id=run.task.task_id)
+        collect, exc = await call_hook(
+            "on_task_complete", self.handler.on_task_complete, result, log=self.log,
+            on_raise="on_task_complete raised; the task counts as failed", task_id=run.task.task_id,
+        )
+        if exc is not None:
             error = ExecutorError.model_construct(
                 task=run.task, exit_code=result.exit_code, stderr=result.stderr, pid=result.pid,
                 exception=f"on_task_complete raised {type(exc).__name__}: {exc}", reason="hook",
@@ -254,8 +255,6 @@ class PartitionProcessor:
             )
             self.stats.failed += 1
             return run.window.fail(run, error)
-        finally:
-            metrics.handler_duration.labels("on_task_complete").observe(time.monotonic() - started)
         delivered = await self._deliver(collect)
         events.emit(
             "task_complete", partition=self.partition, task_id=run.task.task_id,
@@ -280,17 +279,11 @@ class PartitionProcessor:
         for tracker in trackers:
             group = tracker.group()
             started = time.monotonic()
-            collect = None
-            try:
-                collect = await self.handler.on_message_complete(group)
-            except Exception:
-                metrics.hook_errors.labels("on_message_complete").inc()
-                self.log.exception(
-                    "on_message_complete raised; the offset completes anyway",
-                    offset=tracker.message.offset, label=self.handler.message_label(tracker.message),
-                )
-            finally:
-                metrics.handler_duration.labels("on_message_complete").observe(time.monotonic() - started)
+            collect, _ = await call_hook(
+                "on_message_complete", self.handler.on_message_complete, group, log=self.log,
+                on_raise="on_message_complete raised; the offset completes anyway",
+                offset=tracker.message.offset, label=self.handler.message_label(tracker.message),
+            )
             try:
                 delivered = await self._deliver(collect)
             except Exception as exc:
@@ -323,15 +316,10 @@ class PartitionProcessor:
             self._update_settled()
 
     async def _finish_window(self, window: Window) -> None:
-        started = time.monotonic()
-        collect = None
-        try:
-            collect = await self.handler.on_window_complete(list(window.results), window.messages)
-        except Exception:
-            metrics.hook_errors.labels("on_window_complete").inc()
-            self.log.exception("on_window_complete raised", window_id=window.id)
-        finally:
-            metrics.handler_duration.labels("on_window_complete").observe(time.monotonic() - started)
+        collect, _ = await call_hook(
+            "on_window_complete", self.handler.on_window_complete, list(window.results), window.messages,
+            log=self.log, on_raise="on_window_complete raised", window_id=window.id,
+        )
         try:
             delivered = await self._deliver(collect)
         except Exception as exc:
