@@ -47,3 +47,14 @@ def test_the_local_source_is_not_offered_on_kubernetes():
 def test_printer_columns_show_ready_replicas_lag_and_age():
     columns = [c["name"] for c in pipeline_crd()["spec"]["versions"][0]["additionalPrinterColumns"]]
     assert columns == ["Ready", "Replicas", "Lag", "Age"]
+
+
+def test_the_example_pipeline_is_a_valid_spec_for_the_operator_and_the_worker():
+    import yaml
+
+    from knarr_operator.spec import split_spec
+    from knarr_operator.worker_config import render_worker_config
+
+    example = yaml.safe_load((repo_root() / "examples" / "pipeline.yaml").read_text())
+    _, worker = split_spec(example["spec"])
+    assert render_worker_config(worker).validated.kafka.source_topic == "search-requests"
