@@ -53,6 +53,13 @@ kafka-up:
 kafka-down:
 	hack/kafka/kafka.sh down
 
+.PHONY: bench-fairness
+
+# A trickling partition's task latency beside a partition flooded with 10,000 tasks, vs the trickle alone (local Kafka)
+bench-fairness: setup
+	hack/kafka/kafka.sh up
+	$(UV) run python bench/fairness.py $(BENCH_ARGS)
+
 # --- operator (operator/README.md) --------------------------------------------
 .PHONY: crds images kind-up kind-down
 
