@@ -45,9 +45,20 @@ def operator(api, kubeconfig):
 
 
 @pytest.fixture
-def ns(api):
+def ns(api, operator):
     with namespace(api, f"{OPERATED}{secrets.token_hex(4)}") as name:
         yield name
+        # Pipelines go first, while the operator still watches the namespace: kopf's
+        # finalizer (it has one for the resync timer) is removed only by a running operator.
+        pipelines = api.resources.get(api_version="knarr.dev/v1alpha1", kind="Pipeline")
+        for item in pipelines.get(namespace=name).items:
+            pipelines.delete(name=item.metadata.name, namespace=name)
+        try:
+            wait_for(lambda: not pipelines.get(namespace=name).items, 30, "Pipelines deleted")
+        except AssertionError:
+            # Cleanup only (deletion itself is tested above): never leave a namespace stuck.
+            for item in pipelines.get(namespace=name).items:
+                pipelines.patch(name=item.metadata.name, namespace=name, body={"metadata": {"finalizers": None}}, content_type="application/merge-patch+json")
 
 
 @pytest.fixture
@@ -218,7 +229,10 @@ def test_restarting_the_operator_creates_no_duplicates_and_writes_nothing(api, k
             produce_json(kafka_bootstrap, topic, [{"i": 1}], partition=0)
             wait_for(lambda: pipeline(api, ns, "search")["status"].get("lag") == 1, 30, "the restarted operator's first syncs")
             after = {k: v["metadata"]["resourceVersion"] for k, v in children(api, ns, "search").items()}
+            deployments = apps(api).list_namespaced_deployment(ns).items
+            spark = api.resources.get(api_version="sparkoperator.k8s.io/v1beta2", kind="SparkApplication").get(namespace=ns).items
+            # Delete while an operator runs: kopf's finalizer (for the resync timer) needs it.
+            api.resources.get(api_version="knarr.dev/v1alpha1", kind="Pipeline").delete(name="search", namespace=ns)
+            wait_for(lambda: not api.resources.get(api_version="knarr.dev/v1alpha1", kind="Pipeline").get(namespace=ns).items, 30, "Pipeline deleted")
         assert after == before
-        deployments = apps(api).list_namespaced_deployment(ns).items
-        spark = api.resources.get(api_version="sparkoperator.k8s.io/v1beta2", kind="SparkApplication").get(namespace=ns).items
         assert (len(deployments), len(spark)) == (1, 1)
