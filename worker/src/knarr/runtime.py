@@ -14,6 +14,7 @@ from typing import Any
 
 from knarr.api.handler import BaseHandler, periodic_methods
 from knarr.config.root import KnarrConfig
+from knarr.engine.backpressure import paused_partitions
 from knarr.engine.execution import TaskExecutor
 from knarr.engine.processes import seal_inherited_fds
 from knarr.engine.processor import PartitionProcessor
@@ -39,7 +40,7 @@ class Worker:
         self.worker_id = os.environ.get(config.worker_name_env) or f"knarr-{os.getpid():x}"
         self.log = get_logger()
         self._running = False
-        self._paused = False
+        self._paused: set[int] = set()
         self._fatal: BaseException | None = None
         self._stop = asyncio.Event()
         self._ready = False
@@ -169,11 +170,10 @@ class Worker:
         high, low = self.config.executor.backpressure_high, self.config.executor.backpressure_low
         batch = self.config.kafka.max_poll_records
         while self._running:
-            load = sum(p.load for p in self.processors.values())
-            if not self._paused and load >= high:
-                self._set_paused(True, load)
-            elif self._paused and load <= low:
-                self._set_paused(False, load)
+            loads = {p: proc.load for p, proc in self.processors.items()}
+            paused = paused_partitions(loads, self._paused, high, low)
+            if paused != self._paused:
+                self._set_paused(paused, loads)
             messages, committed = await self.source.poll(batch, self._committable())
             self._acknowledge(committed)
             if not self._running:
@@ -186,12 +186,18 @@ class Worker:
                 self.log.info("source exhausted; stopping")
                 self.stop()
 
-    def _set_paused(self, paused: bool, load: int) -> None:
+    def _set_paused(self, paused: set[int], loads: dict[int, int]) -> None:
         assert self.source is not None
+        newly, resumed = sorted(paused - self._paused), sorted(self._paused - paused)
         self._paused = paused
         self.source.set_paused(paused)
         metrics.backpressure.set(1 if paused else 0)
-        self.log.info("backpressure " + ("on: pausing" if paused else "off: resuming"), load=load)
+        metrics.partitions_paused.set(len(paused))
+        load = sum(loads.values())
+        if newly:
+            self.log.info("backpressure on: pausing", partitions=newly, load=load)
+        if resumed:
+            self.log.info("backpressure off: resuming", partitions=resumed, load=load)
 
     def _committable(self) -> dict[int, int]:
         out = {}

@@ -50,8 +50,8 @@ class KafkaSource:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_assign: AssignFn | None = None
         self._on_revoke: RevokeFn | None = None
-        self._want_paused = False
-        self._paused_applied = False
+        self._want_paused: set[int] = set()
+        self._paused_applied: set[int] = set()
         self._lag: dict[int, int] = {}
         self._lag_at = 0.0
         self._committed: dict[int, int] = {}
@@ -84,8 +84,8 @@ class KafkaSource:
         assert self._loop is not None
         return await self._loop.run_in_executor(self._thread, self._commit_sync, commits)
 
-    def set_paused(self, paused: bool) -> None:
-        self._want_paused = paused
+    def set_paused(self, partitions: set[int]) -> None:
+        self._want_paused = set(partitions)
 
     def lag(self) -> dict[int, int]:
         return dict(self._lag)
@@ -150,16 +150,17 @@ class KafkaSource:
     def _apply_pause(self) -> None:
         consumer = self._consumer
         assert consumer is not None
-        if self._want_paused:
-            assignment = consumer.assignment()
-            if assignment:
-                consumer.pause(assignment)
-            self._paused_applied = True
-        elif self._paused_applied:
-            assignment = consumer.assignment()
-            if assignment:
-                consumer.resume(assignment)
-            self._paused_applied = False
+        want = self._want_paused
+        if want == self._paused_applied:
+            return
+        assigned = {tp.partition for tp in consumer.assignment()}
+        to_pause = (want - self._paused_applied) & assigned
+        to_resume = (self._paused_applied - want) & assigned
+        if to_pause:
+            consumer.pause([TopicPartition(self.topic, p) for p in sorted(to_pause)])
+        if to_resume:
+            consumer.resume([TopicPartition(self.topic, p) for p in sorted(to_resume)])
+        self._paused_applied = want & assigned
 
     def _refresh_lag(self) -> None:
         consumer = self._consumer
@@ -187,8 +188,7 @@ class KafkaSource:
         log.info("partitions assigned", partitions=ids)
         assert self._on_assign is not None
         self._call_loop(self._on_assign(ids), 30)
-        if self._want_paused and partitions:
-            self._paused_applied = False  # re-apply pause to the new assignment on the next poll
+        self._paused_applied -= set(ids)  # new assignments start unpaused; the next poll re-applies
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         ids = [tp.partition for tp in partitions]
@@ -203,6 +203,7 @@ class KafkaSource:
             self._commit_sync(offsets)
         for p in ids:
             self._lag.pop(p, None)
+        self._paused_applied -= set(ids)
 
     def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         ids = [tp.partition for tp in partitions]

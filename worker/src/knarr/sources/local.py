@@ -86,8 +86,9 @@ class LocalSource:
         os.replace(tmp, self.offsets_path)  # atomic: a crash leaves the old or the new file, never half
         return dict(commits)
 
-    def set_paused(self, paused: bool) -> None:
-        self._paused = paused
+    def set_paused(self, partitions: set[int]) -> None:
+        # One reader feeds every partition, so pausing any one pauses the read.
+        self._paused = bool(partitions)
 
     def lag(self) -> dict[int, int]:
         return {p: end - self._committed.get(p, 0) for p, end in self._ends.items()}

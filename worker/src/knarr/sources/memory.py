@@ -50,8 +50,9 @@ class MemorySource:
             self.committed[p] = max(self.committed.get(p, 0), o)
         return dict(commits)
 
-    def set_paused(self, paused: bool) -> None:
-        self._paused = paused
+    def set_paused(self, partitions: set[int]) -> None:
+        # One reader feeds every partition, so pausing any one pauses the read.
+        self._paused = bool(partitions)
 
     def lag(self) -> dict[int, int]:
         return {p: end - self.committed.get(p, 0) for p, end in self._ends.items()}
