@@ -73,8 +73,8 @@ images:
 	@if [ -z "$(CONTAINER_TOOL)" ] || ! $(CONTAINER_TOOL) info >/dev/null 2>&1; then \
 		echo "make images: no working docker or podman here (install one, or start its daemon); nothing built" >&2; exit 1; fi
 	$(CONTAINER_TOOL) build -f Dockerfile.operator -t knarr-operator:0.1.0 .
-	@if [ -f Dockerfile ]; then $(CONTAINER_TOOL) build -f Dockerfile -t knarr-worker:0.1.0 .; \
-	else echo "make images: no worker Dockerfile yet; built the operator image only" >&2; fi
+	$(CONTAINER_TOOL) build -f Dockerfile.worker -t knarr-worker:0.1.0 .
+	$(CONTAINER_TOOL) build -f Dockerfile.worker --target spark -t knarr-worker:0.1.0-spark .
 
 # A local kind cluster with the operator chart, a demo Kafka and examples/pipeline.yaml (needs Docker, kind, helm)
 kind-up: images
