@@ -117,7 +117,12 @@ def _kafka_tasks(job: ChunkJob) -> Any:
 
         kafka = config_from_dict(job.config).kafka
         for chunk in chunks:
-            yield run_chunk(chunk, kafka_input.read_chunk(kafka, chunk), job, _attempt()).as_dict()
+            started = time.monotonic()
+            messages = kafka_input.read_chunk(kafka, chunk)
+            read = time.monotonic() - started
+            result = run_chunk(chunk, messages, job, _attempt())
+            result.read_seconds = read
+            yield result.as_dict()
 
     return run
 
@@ -159,7 +164,8 @@ def run_backfill(request: BackfillRequest) -> BackfillReport:
             chunks, warnings = plan_kafka(request.config, request.source, request.chunk_size)
             source = {"type": "kafka", "topic": topic, "brokers": request.config.kafka.brokers,
                       "ranges": {str(c.partition): [c.start, c.end] for c in _merged(chunks)}}
-        report = BackfillReport(source, request.chunk_size, len(chunks), [], warnings=warnings)
+        report = BackfillReport(source, request.chunk_size, len(chunks), [], warnings=warnings,
+                                planning_seconds=time.monotonic() - started)
         if chunks:
             if isinstance(request.source, FileInput):
                 index = ChunkIndex(chunks)

@@ -96,7 +96,10 @@ def read_chunk(kafka: KafkaConfig, chunk: Chunk) -> list[SourceMessage]:
         consumer.assign([TopicPartition(topic, chunk.partition, chunk.start)])
         last_progress = time.monotonic()
         while True:
-            batch = consumer.consume(num_messages=1000, timeout=1.0)
+            # consume() returns when the batch is full or the timeout passes: ask for no more
+            # than the chunk still holds, so its last batch does not wait out the timeout.
+            next_offset = out[-1].offset + 1 if out else chunk.start
+            batch = consumer.consume(num_messages=max(1, min(1000, chunk.end - next_offset)), timeout=0.5)
             for m in batch:
                 err = m.error()
                 if err is not None:

@@ -20,7 +20,8 @@ class ChunkResult:
     ok: bool = True
     error: str = ""
     attempt: int = 1  # which Spark attempt produced this result (1: first try)
-    duration_seconds: float = 0.0
+    duration_seconds: float = 0.0  # the in-task worker's run
+    read_seconds: float = 0.0  # reading the chunk (Kafka) before it
     messages: int = 0
     empty_messages: int = 0
     tasks: int = 0
@@ -45,6 +46,7 @@ class BackfillReport:
     planned_chunks: int
     chunks: list[ChunkResult]
     duration_seconds: float = 0.0
+    planning_seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     aborted: str = ""  # set when the Spark job itself failed (a chunk crashed on every attempt)
 
@@ -78,6 +80,7 @@ class BackfillReport:
             "aborted": self.aborted,
             "warnings": self.warnings,
             "duration_seconds": round(self.duration_seconds, 3),
+            "planning_seconds": round(self.planning_seconds, 3),
             "messages_per_second": round(totals["messages"] / self.duration_seconds, 1) if self.duration_seconds else None,
             "totals": totals,
             "partitions": {str(p): v for p, v in self.per_partition().items()},
