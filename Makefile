@@ -60,6 +60,13 @@ bench-fairness: setup
 	hack/kafka/kafka.sh up
 	$(UV) run python bench/fairness.py $(BENCH_ARGS)
 
+.PHONY: bench-backfill
+
+# Messages per second of one workload: the streaming worker vs a Spark backfill on local[2] (local Kafka), and the ratio
+bench-backfill: setup
+	hack/kafka/kafka.sh up
+	$(UV) run python bench/backfill.py $(BENCH_ARGS)
+
 # --- operator (operator/README.md) --------------------------------------------
 .PHONY: crds images kind-up kind-down
 
