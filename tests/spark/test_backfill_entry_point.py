@@ -58,3 +58,14 @@ def test_spark_submit_of_the_entry_point_with_the_operators_arguments_runs_the_b
         assert "knarr backfill succeeded" in proc.stdout  # spark-submit puts the Python driver's stderr on its stdout
     finally:
         report.unlink(missing_ok=True)
+
+
+def test_knarr_backfill_on_the_worker_cli_is_the_same_command(grep, tmp_path, capsys):
+    from knarr.cli import main as knarr
+
+    config = write_config(tmp_path / "config.yaml", config_dict(tmp_path / "out", grep))
+
+    code = knarr(["backfill", "--config", str(config), "--handler", DEMO_HANDLER, "--from-offsets", "0:5", "--input", "x.jsonl"])
+
+    assert code == 2
+    assert "knarr backfill: give exactly one input" in capsys.readouterr().err
