@@ -1,0 +1,154 @@
+"""Backpressure with a 100,000-message backlog: the worker pauses, resumes, and its memory stays flat.
+
+One scenario runs once for the module: 100k requests are in a 3-partition topic before a
+`knarr run` process starts (max_executors 4, window 100: partitions carrying their share
+of the load pause once 128 messages are queued or in flight, and resume as it drains). While it works through the backlog the test samples
+the worker's RSS (/proc/<pid>/status VmRSS) and its /metrics; the worker logs at INFO, so
+every "backpressure on"/"off" line is counted.
+
+To get through 100k messages in about a minute on two cores, 99 of every 100 requests are
+answered with a PrecomputedResult (no subprocess) and every 100th runs the behave program;
+every request still goes through windows, groups, the watermark and the Kafka sink.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.services.kafka import (
+    committed_offsets,
+    consume_all,
+    create_topic,
+    end_offsets,
+    produce_json,
+    unique_name,
+)
+from tests.worker.procs import WorkerFleet, WorkerSpec, outputs_by_kind, wait_until
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+MESSAGES = 100_000
+PARTITIONS = 3
+SUBPROCESS_EVERY = 100
+SAMPLE_EVERY_S = 0.25
+EARLY, LATE = 20_000, 80_000  # RSS is compared after this many messages completed
+RSS_CEILING_KB = 300 * 1024
+RSS_GROWTH_MARGIN_KB = 20 * 1024
+
+
+@dataclass
+class Sample:
+    seconds: float
+    completed: int
+    rss_kb: int
+    paused: float | None
+
+
+@dataclass
+class BacklogRun:
+    spec: WorkerSpec
+    backlog_at_start: int = 0
+    samples: list[Sample] = field(default_factory=list)
+    pauses: list[int] = field(default_factory=list)  # total load logged at each "backpressure on"
+    resumes: list[int] = field(default_factory=list)  # total load logged at each "backpressure off"
+    exit_code: int | None = None
+    committed: dict[int, int] = field(default_factory=dict)
+    ends: dict[int, int] = field(default_factory=dict)
+    distinct_outputs: int = 0
+
+    def rss_after(self, completed: int) -> int:
+        return next(s.rss_kb for s in self.samples if s.completed >= completed)
+
+
+def _completed(metrics: dict[str, float]) -> int:
+    return int(sum(v for k, v in metrics.items() if k.startswith("knarr_messages_completed_total{")))
+
+
+@pytest.fixture(scope="module")
+def backlog_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> BacklogRun:
+    topic, output, group = unique_name("backlog-in"), unique_name("backlog-out"), unique_name("backlog-group")
+    create_topic(kafka_bootstrap, topic, PARTITIONS)
+    create_topic(kafka_bootstrap, output, 1)
+    records = ({"request_id": f"r{i}", "precomputed": i % SUBPROCESS_EVERY != 0} for i in range(MESSAGES))
+    produce_json(kafka_bootstrap, topic, records, key_fn=lambda r: r["request_id"])
+    spec = WorkerSpec(kafka_bootstrap, topic, group, output, max_executors=4, window_size=100,
+                      max_poll_records=100, log_level="INFO")
+    run = BacklogRun(spec=spec)
+    run.ends = end_offsets(kafka_bootstrap, topic)
+    run.backlog_at_start = sum(run.ends.values()) - sum(committed_offsets(kafka_bootstrap, group, topic).values())
+    workdir: Path = tmp_path_factory.mktemp("backlog")
+
+    with WorkerFleet(spec, workdir, unique_name("knarrbacklog")) as fleet:
+        worker = fleet.start("worker")
+        started = time.monotonic()
+        deadline = started + 240
+        while True:
+            rss, metrics = worker.rss_kb(), worker.metrics()
+            assert rss is not None and worker.alive(), f"worker exited:\n{worker.log_tail()}"
+            if metrics:
+                sample = Sample(time.monotonic() - started, _completed(metrics), rss,
+                                metrics.get("knarr_backpressure_active"))
+                run.samples.append(sample)
+                if sample.completed >= MESSAGES:
+                    break
+            assert time.monotonic() < deadline, f"backlog not done in 240s: {run.samples[-1:]}"
+            time.sleep(SAMPLE_EVERY_S)  # sampling period, bounded by the deadline
+
+        run.committed = wait_until(
+            lambda: (c := committed_offsets(kafka_bootstrap, group, topic)) and c == run.ends and c,
+            60, "the worker to commit the end of every partition",
+        )
+        run.exit_code = worker.terminate()
+        for event in worker.log_events():
+            if event.get("event", "").startswith("backpressure on"):
+                run.pauses.append(event["load"])
+            elif event.get("event", "").startswith("backpressure off"):
+                run.resumes.append(event["load"])
+
+    summaries = outputs_by_kind(consume_all(kafka_bootstrap, output, timeout=120), "message")
+    run.distinct_outputs = len({(s["partition"], s["offset"]) for s in summaries})
+    print(f"\nbacklog {run.backlog_at_start} done in {run.samples[-1].seconds:.1f}s; "
+          f"{len(run.pauses)} pauses, {len(run.resumes)} resumes; RSS max {max(s.rss_kb for s in run.samples)} kB, "
+          f"after {EARLY}: {run.rss_after(EARLY)} kB, after {LATE}: {run.rss_after(LATE)} kB")
+    return run
+
+
+def test_the_worker_starts_behind_a_full_backlog(backlog_run: BacklogRun) -> None:
+    assert backlog_run.backlog_at_start == MESSAGES
+
+
+def test_consumption_pauses_and_resumes_again_and_again(backlog_run: BacklogRun) -> None:
+    assert len(backlog_run.pauses) >= 10
+    assert len(backlog_run.resumes) >= 10
+    assert {s.paused for s in backlog_run.samples} >= {0.0, 1.0}, "knarr_backpressure_active should toggle too"
+
+
+def test_pausing_starts_only_at_the_high_watermark(backlog_run: BacklogRun) -> None:
+    assert min(backlog_run.pauses) >= backlog_run.spec.backpressure_high
+
+
+def test_held_messages_stay_within_a_bound_set_by_the_config_not_the_backlog(backlog_run: BacklogRun) -> None:
+    # Partitions below their share keep flowing while others are paused, so each may add up
+    # to one poll batch past the high watermark before it is paused too.
+    spec = backlog_run.spec
+    bound = spec.backpressure_high + PARTITIONS * spec.max_poll_records
+    assert max(backlog_run.pauses + backlog_run.resumes) <= bound
+
+
+def test_rss_stays_under_a_fixed_ceiling(backlog_run: BacklogRun) -> None:
+    assert max(s.rss_kb for s in backlog_run.samples) < RSS_CEILING_KB
+
+
+def test_rss_does_not_grow_with_the_messages_processed(backlog_run: BacklogRun) -> None:
+    growth = backlog_run.rss_after(LATE) - backlog_run.rss_after(EARLY)
+    assert growth < RSS_GROWTH_MARGIN_KB, f"RSS grew {growth} kB between {EARLY} and {LATE} messages"
+
+
+def test_the_whole_backlog_is_delivered_and_committed(backlog_run: BacklogRun) -> None:
+    assert backlog_run.exit_code == 0
+    assert backlog_run.committed == backlog_run.ends
+    assert backlog_run.distinct_outputs == MESSAGES
