@@ -151,7 +151,8 @@ def test_every_group_fires_once_with_the_counts_its_outcome_tree_implies(tree):
             "metrics": {"enabled": False},
             "logging": {"level": "ERROR", "format": "console"},
         })
-        code = asyncio.run(asyncio.wait_for(Worker(config, handler, source=source).run(), 60))
+        worker = Worker(config, handler, source=source)
+        code = asyncio.run(asyncio.wait_for(worker.run(), 60))
 
     assert code == 0
     assert not commit_violations, f"committed past unfinished messages: {commit_violations}"
@@ -164,3 +165,9 @@ def test_every_group_fires_once_with_the_counts_its_outcome_tree_implies(tree):
         assert (g.total, g.succeeded, g.failed, g.replaced) == expected[offset], f"offset {offset}"
         assert g.is_empty == (expected[offset][0] == 0)
     assert source.committed == {0: len(tree)}
+    stats = worker.stats
+    assert stats.messages == len(tree)
+    assert stats.tasks == stats.succeeded + stats.failed + stats.replaced
+    every_plan = [plan for plans_ in tree for plan in plans_]  # each task once, however many groups it feeds
+    assert (stats.tasks, stats.succeeded, stats.failed, stats.replaced) == tuple(
+        sum(plan.counts()[i] for plan in every_plan) for i in range(4))

@@ -75,7 +75,7 @@ class Worker:
         self.executor = TaskExecutor(self.handler, self.scheduler, cfg.executor)
         self.sinks = SinkManager(
             build_sinks(cfg), self._build_dlq(), self.handler, cfg.executor.max_retries,
-            cfg.executor.retry_backoff_base_seconds, cfg.executor.retry_backoff_max_seconds,
+            cfg.executor.retry_backoff_base_seconds, cfg.executor.retry_backoff_max_seconds, stats=self.stats,
         )
         try:
             await self.sinks.connect_all()

@@ -260,6 +260,7 @@ class PartitionProcessor:
             "task_complete", partition=self.partition, task_id=run.task.task_id,
             duration=round(time.monotonic() - started, 6), output_message_count=delivered,
         )
+        self.stats.succeeded += 1
         return run.window.succeed(run, result)
 
     async def _deliver(self, collect: CollectResult | None) -> int:

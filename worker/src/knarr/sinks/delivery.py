@@ -14,6 +14,7 @@ from typing import Any
 from knarr.api.handler import BaseHandler
 from knarr.api.payloads import CollectResult, DeliveryAction, DeliveryError
 from knarr.engine.backoff import retry_delay
+from knarr.engine.stats import RunStats
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 from knarr.sinks.base import Sink
@@ -37,6 +38,7 @@ class SinkManager:
         max_retries: int = 3,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
+        stats: RunStats | None = None,
     ) -> None:
         self.sinks: dict[tuple[str, str], Sink] = {(s.sink_type, s.name): s for s in sinks}
         self._names: dict[str, list[str]] = {}
@@ -48,7 +50,11 @@ class SinkManager:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.connected = False
-        self.dead_lettered = 0
+        self.stats = stats or RunStats()
+
+    @property
+    def dead_lettered(self) -> int:
+        return self.stats.dead_lettered
 
     async def connect_all(self) -> None:
         """Connect every sink and the DLQ, in order; the first failure stops startup."""
@@ -145,7 +151,7 @@ class SinkManager:
             try:
                 await self.dlq.send(error, partition)
                 metrics.sink_dlq.labels(error.sink_name, error.sink_type).inc()
-                self.dead_lettered += len(error.payloads)
+                self.stats.dead_lettered += len(error.payloads)
                 log.warning("payloads dead-lettered", sink=error.sink_name, dlq=self.dlq.topic, count=len(error.payloads), error=error.error)
                 return
             except Exception as exc:
