@@ -79,8 +79,7 @@ def namespace(api: DynamicClient, name: str) -> Iterator[str]:
 @contextlib.contextmanager
 def running_operator(kubeconfig: str, namespace_pattern: str) -> Iterator[Any]:
     """The real operator (kopf's own test runner), watching namespaces that match the pattern."""
-    os.environ["KUBECONFIG"] = kubeconfig
-    os.environ["KNARR_OPERATOR_RESYNC_SECONDS"] = "1"
+    os.environ["KUBECONFIG"] = kubeconfig  # the operator reads it at call time
     from kopf.testing import KopfRunner
 
     import knarr_operator.handlers as handlers

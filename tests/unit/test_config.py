@@ -88,3 +88,7 @@ def test_a_required_sink_key_is_reported_as_missing(config_file):
 
 def test_the_root_model_is_knarrconfig(config_file):
     assert isinstance(load_config(config_file(), env={}), KnarrConfig)
+
+
+def test_the_operators_own_env_settings_are_not_mistaken_for_worker_keys(config_file):
+    assert load_config(config_file(), env={"KNARR_OPERATOR_RESYNC_SECONDS": "1"}).sinks.filesystem

@@ -13,6 +13,10 @@ from pydantic import BaseModel, ValidationError
 from knarr.config.root import _YAML_PATH, CONFIG_PATH_ENV, ENV_DELIMITER, ENV_PREFIX, KnarrConfig
 
 
+# The operator's own settings (KNARR_OPERATOR_RESYNC_SECONDS, ...) are not worker config keys.
+RESERVED_ENV_PREFIX = "KNARR_OPERATOR_"
+
+
 class ConfigError(Exception):
     """The configuration cannot be used; the message lists every problem and how to fix it."""
 
@@ -84,7 +88,7 @@ def _check_env_keys(env: Mapping[str, str]) -> None:
     problems = []
     for key in env:
         upper = key.upper()
-        if not upper.startswith(ENV_PREFIX) or upper == CONFIG_PATH_ENV:
+        if not upper.startswith(ENV_PREFIX) or upper == CONFIG_PATH_ENV or upper.startswith(RESERVED_ENV_PREFIX):
             continue
         parts = [p.lower() for p in upper[len(ENV_PREFIX) :].split(ENV_DELIMITER)]
         if not _path_exists(KnarrConfig, parts):
