@@ -27,6 +27,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     try:
         return asyncio.run(Worker(config, handler_cls()).run())
+    except ConfigError as exc:
+        print(f"knarr run: {exc}", file=sys.stderr)
+        return 2
     except (SinkConnectError, ConnectionError, FileNotFoundError) as exc:
         print(f"knarr run: cannot start: {exc}", file=sys.stderr)
         return 3

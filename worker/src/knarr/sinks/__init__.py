@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from knarr.config.loading import ConfigError
 from knarr.config.root import KnarrConfig
 from knarr.sinks.base import Sink, SinkConnectError
 from knarr.sinks.filesystem import FileSink
@@ -11,8 +12,8 @@ from knarr.sinks.resolution import SinkResolutionError, resolve_sink
 __all__ = ["Sink", "SinkConnectError", "SinkResolutionError", "build_sinks", "resolve_sink"]
 
 
-class SinkNotSupportedError(ValueError):
-    pass
+class SinkNotSupportedError(ConfigError):
+    """A configured sink type has no implementation in this version."""
 
 
 def build_sinks(config: KnarrConfig) -> list[Sink]:
