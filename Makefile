@@ -60,6 +60,13 @@ bench-fairness: setup
 	hack/kafka/kafka.sh up
 	$(UV) run python bench/fairness.py $(BENCH_ARGS)
 
+.PHONY: bench
+
+# Engine throughput vs the raw spawn rate of /bin/true, worker CPU per task, and a profile of the hot path (local Kafka)
+bench: setup
+	hack/kafka/kafka.sh up
+	$(UV) run python bench/engine.py $(BENCH_ARGS)
+
 .PHONY: bench-backfill
 
 # Messages per second of one workload: the streaming worker vs a Spark backfill on local[2] (local Kafka), and the ratio

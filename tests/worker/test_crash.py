@@ -1,10 +1,11 @@
 """The at-least-once promise under SIGKILL: a worker killed at random moments loses nothing.
 
 One scenario runs once for the module (it takes about a minute): a `knarr run` process on a
-3-partition topic is SIGKILLed 20 times at seeded random moments while it works, restarted
-each time (before each start the topic is topped up so that 2,000 messages wait uncommitted,
-so every kill lands mid-work), then left to finish and stopped with SIGTERM once the group's committed offsets
-reach the end of the topic. The tests below each check one consequence of that run.
+3-partition topic is SIGKILLed 20 times at seeded random moments while it works and is
+restarted each time (before each start the topic is topped up so that 2,000 messages wait
+uncommitted, so every kill lands mid-work); then it is left to finish and stopped with
+SIGTERM once the group's committed offsets reach the end of the topic. The tests below each
+check one consequence of that run.
 
 The worker uses static group membership (``group.instance.id``), as a StatefulSet pod
 would: the restarted process takes over its dead predecessor's partitions at once instead

@@ -1,0 +1,313 @@
+"""Engine throughput and CPU cost per task, against the raw spawn rate of the same binary.
+
+Figures from one run on one machine (the local Kafka broker, started or reused):
+
+  (a) raw spawn rate: ``knarr.engine.processes.run_process`` called directly — the engine's own
+      spawn path (pipes, own session, reaping) — on /bin/true, with max_executors concurrent
+      spawns. This is the ceiling: nothing can run tasks faster through that path.
+      For reference, the same through ``asyncio.create_subprocess_exec`` (stdout/stderr pipes,
+      start_new_session, pidfd child watcher) is printed too.
+  (b) end-to-end engine throughput on a pre-filled topic: Kafka in -> one /bin/true task per
+      message -> one Kafka output per message -> offsets committed. The Worker runs in this
+      process; the clock runs from the first consumed batch to the commit of the last offset.
+  (c) b / a                                    target >= 0.85
+  (d) worker CPU per task, children excluded: getrusage(RUSAGE_SELF) (every thread of this
+      process: event loop, consumer, producer, librdkafka) over the same interval / tasks.
+                                               target <= 60 us
+
+Then the same engine run, smaller, under cProfile: the top functions by own time (main thread).
+
+    uv run python bench/engine.py [--messages 20000] [--spawns 10000] [--profile-messages 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import os
+import pstats
+import resource
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))  # for tests.services.kafka (broker start and topic helpers)
+
+import knarr  # noqa: E402
+from knarr.config.loading import config_from_dict  # noqa: E402
+from knarr.engine.processes import run_process  # noqa: E402
+from knarr.runtime import Worker  # noqa: E402
+from knarr.sources.kafka import KafkaSource  # noqa: E402
+
+from tests.services.kafka import create_topic, end_offsets, ensure_kafka, produce_json, unique_name  # noqa: E402
+
+BINARY = "/bin/true"
+PARTITIONS = 4
+TARGET_RATIO = 0.85
+TARGET_CPU_US = 60.0
+
+
+def cpu_self() -> float:
+    """CPU seconds (user + system) of this process, all threads, children excluded."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_thread() -> float:
+    """CPU seconds of the calling thread only (here: the event loop's)."""
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class Figure:
+    count: int
+    seconds: float
+    cpu_seconds: float
+    loop_cpu_seconds: float = 0.0  # the event loop thread's share of cpu_seconds
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.seconds
+
+    @property
+    def cpu_us(self) -> float:
+        return self.cpu_seconds / self.count * 1e6
+
+
+# --- (a) the raw spawn path ----------------------------------------------------------------
+async def spawn_rate(count: int, concurrency: int) -> Figure:
+    """/bin/true through run_process, ``concurrency`` at a time, as the pool would run it."""
+    remaining = count
+
+    async def lane() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            outcome = await run_process([BINARY], stdin=None, env=None, timeout=30)
+            assert outcome.exit_code == 0, outcome
+
+    await asyncio.gather(*(lane() for _ in range(concurrency)))  # warm-up: imports, first forks
+    remaining = count
+    started, cpu = time.perf_counter(), cpu_self()
+    await asyncio.gather(*(lane() for _ in range(concurrency)))
+    return Figure(count, time.perf_counter() - started, cpu_self() - cpu)
+
+
+async def asyncio_spawn_rate(count: int, concurrency: int) -> Figure:
+    """The same through asyncio.create_subprocess_exec (the engine's former path), for reference."""
+    if hasattr(os, "pidfd_open") and sys.version_info < (3, 12):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            watcher = asyncio.PidfdChildWatcher()
+            watcher.attach_loop(asyncio.get_running_loop())
+            asyncio.set_child_watcher(watcher)
+    remaining = count
+
+    async def lane() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            proc = await asyncio.create_subprocess_exec(
+                BINARY, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            )
+            await proc.communicate()
+            assert proc.returncode == 0
+
+    started, cpu = time.perf_counter(), cpu_self()
+    await asyncio.gather(*(lane() for _ in range(concurrency)))
+    return Figure(count, time.perf_counter() - started, cpu_self() - cpu)
+
+
+# --- (b) the engine end to end -------------------------------------------------------------
+class TrueHandler(knarr.BaseHandler[None, None]):
+    """One /bin/true per message; one small Kafka output per message."""
+
+    async def arrange(self, messages, pending):
+        return [knarr.ExecutorTask(source_offsets=[m.offset], metadata={"p": m.partition, "o": m.offset})
+                for m in messages]
+
+    async def on_task_complete(self, result):
+        return knarr.CollectResult(kafka=[knarr.KafkaPayload(data=result.task.metadata)])
+
+
+class TimedSource:
+    """The Kafka source, with a clock: first consumed batch -> every end offset committed (then stop)."""
+
+    def __init__(self, inner: KafkaSource, ends: dict[int, int]) -> None:
+        self.inner = inner
+        self.topic = inner.topic
+        self.ends = ends
+        self.committed: dict[int, int] = {}
+        self.first_at: float | None = None
+        self.first_cpu = self.first_loop_cpu = 0.0
+        self.done_at: float | None = None
+        self.done_cpu = self.done_loop_cpu = 0.0
+        self.worker: Worker | None = None
+
+    async def start(self, on_assign, on_revoke) -> None:
+        await self.inner.start(on_assign, on_revoke)
+
+    async def poll(self, max_records, commits):
+        messages, done = await self.inner.poll(max_records, commits)
+        if messages and self.first_at is None:
+            self.first_at, self.first_cpu, self.first_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
+        self._committed(done)
+        return messages, done
+
+    async def commit_now(self, commits):
+        done = await self.inner.commit_now(commits)
+        self._committed(done)
+        return done
+
+    def _committed(self, done: dict[int, int]) -> None:
+        self.committed.update(done)
+        if self.done_at is None and all(self.committed.get(p, 0) >= end for p, end in self.ends.items()):
+            self.done_at, self.done_cpu, self.done_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
+            if self.worker is not None:
+                self.worker.stop()
+
+    def set_paused(self, partitions) -> None:
+        self.inner.set_paused(partitions)
+
+    def lag(self):
+        return self.inner.lag()
+
+    @property
+    def finished(self) -> bool:
+        return False
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def prefill(bootstrap: str, count: int) -> tuple[str, dict[int, int]]:
+    topic = unique_name("bench-engine")
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce_json(bootstrap, topic, ({"i": i} for i in range(count)), key_fn=lambda r: str(r["i"]))
+    return topic, end_offsets(bootstrap, topic)
+
+
+async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_executors: int,
+                     profiler: cProfile.Profile | None = None, executor: dict | None = None) -> tuple[Figure, Worker]:
+    output = unique_name("bench-engine-out")
+    create_topic(bootstrap, output, 1)
+    config = config_from_dict({
+        "kafka": {"brokers": bootstrap, "source_topic": topic, "consumer_group": unique_name("bench-engine-g"),
+                  "session_timeout_ms": 6000, "heartbeat_interval_ms": 500},
+        "executor": {"binary_path": BINARY, "max_executors": max_executors, "task_timeout_seconds": 30,
+                     **(executor or {})},
+        "sinks": {"kafka": {"out": {"topic": output}}},
+        "metrics": {"enabled": False},
+        "logging": {"level": "WARNING", "format": "json"},
+    })
+    source = TimedSource(KafkaSource(config.kafka, config.executor, client_id="bench-engine"), ends)
+    worker = Worker(config, TrueHandler(), source=source)
+    source.worker = worker
+    if profiler is not None:
+        profiler.enable()
+    try:
+        code = await asyncio.wait_for(worker.run(), 900)
+    finally:
+        if profiler is not None:
+            profiler.disable()
+    if code != 0 or source.first_at is None or source.done_at is None:
+        raise RuntimeError(f"engine run did not finish cleanly (exit {code}); committed {source.committed}, ends {ends}")
+    tasks = worker.stats.tasks
+    figure = Figure(tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
+                    source.done_loop_cpu - source.first_loop_cpu)
+    return figure, worker
+
+
+# --- report --------------------------------------------------------------------------------
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, b: Figure, b_unpaused: Figure | None,
+           messages: int) -> None:
+    a = max(spawns, key=lambda f: f.rate)  # the machine is shared: the better of two runs is the ceiling
+    ratio = b.rate / a.rate
+    print(f"\nengine bench: {os.cpu_count()} cores, max_executors={args.max_executors}, binary={BINARY}, "
+          f"{messages} messages on {PARTITIONS} partitions, python {sys.version.split()[0]}, "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"  {'figure':58}{'value':>14}  {'target':>10}  verdict")
+    print(f"  {'(a) raw spawn rate, run_process (ceiling; best of before/after b)':58}{a.rate:>10.0f} /s")
+    print(f"  {'    the two runs':58}{' / '.join(f'{f.rate:.0f}' for f in spawns):>14}")
+    print(f"  {'    parent CPU per spawn, run_process':58}{a.cpu_us:>10.0f} us")
+    print(f"  {'    reference: asyncio.create_subprocess_exec':58}{a_ref.rate:>10.0f} /s")
+    print(f"  {'    parent CPU per spawn, asyncio subprocess':58}{a_ref.cpu_us:>10.0f} us")
+    print(f"  {'(b) engine end to end, Kafka -> task -> Kafka -> commit':58}{b.rate:>10.0f} /s")
+    if b_unpaused is not None:
+        print(f"  {'    diagnostic: b with the backpressure pause out of reach':58}{b_unpaused.rate:>10.0f} /s"
+              f"  (b/a {b_unpaused.rate / a.rate:.2f}, {b_unpaused.cpu_us:.0f} us/task)")
+    print(f"  {'(c) b / a':58}{ratio:>14.2f}  {'>= ' + format(TARGET_RATIO, 'g'):>10}  {verdict(ratio >= TARGET_RATIO)}")
+    print(f"  {'(d) worker CPU per task, children excluded':58}{b.cpu_us:>10.0f} us  "
+          f"{'<= ' + format(TARGET_CPU_US, 'g') + ' us':>10}  {verdict(b.cpu_us <= TARGET_CPU_US)}")
+    print(f"  {'    of which the event loop thread':58}{b.loop_cpu_seconds / b.count * 1e6:>10.0f} us")
+    print(f"      ({b.count} tasks in {b.seconds:.2f}s, {b.cpu_seconds:.2f} CPU-s of the worker process; "
+          f"spawns: {a.count} in {a.seconds:.2f}s)")
+
+
+def profile_report(profiler: cProfile.Profile, tasks: int, top: int) -> None:
+    for title, restriction in (("all functions", ()), ("knarr's own code", ("/knarr/",))):
+        out = io.StringIO()
+        stats = pstats.Stats(profiler, stream=out)
+        stats.sort_stats("tottime").print_stats(*restriction, top)
+        print(f"\nprofile: {tasks} tasks through the in-process engine (cProfile, main thread), "
+              f"top {top} by own time, {title}:")
+        lines = out.getvalue().splitlines()
+        start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls"))
+        for line in lines[start:start + top + 1]:
+            print("  " + line.replace(str(REPO_ROOT) + "/", "").replace(sys.prefix + "/", ""))
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=20_000, help="messages (= tasks) for (b) and (d)")
+    parser.add_argument("--spawns", type=int, default=10_000, help="processes spawned for (a)")
+    parser.add_argument("--max-executors", type=int, default=2 * (os.cpu_count() or 1))
+    parser.add_argument("--profile-messages", type=int, default=5_000, help="0: skip the profiled run")
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--skip-unpaused", action="store_true",
+                        help="skip the diagnostic run of (b) with the backpressure pause out of reach")
+    parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
+    args = parser.parse_args()
+
+    bootstrap = args.bootstrap or ensure_kafka()
+    print("pre-filling topics ...", file=sys.stderr)
+    topic, ends = prefill(bootstrap, args.messages)
+    unpaused_topic, unpaused_ends = prefill(bootstrap, args.messages) if not args.skip_unpaused else ("", {})
+    profile_topic, profile_ends = prefill(bootstrap, args.profile_messages) if args.profile_messages else ("", {})
+
+    print("(a) raw spawn rate ...", file=sys.stderr)
+    spawns = [await spawn_rate(args.spawns, args.max_executors)]
+    print("(b) engine end to end ...", file=sys.stderr)
+    b, _ = await engine_run(bootstrap, topic, ends, args.max_executors)
+    print("(a) raw spawn rate, again ...", file=sys.stderr)
+    spawns.append(await spawn_rate(args.spawns, args.max_executors))
+    b_unpaused = None
+    if not args.skip_unpaused:
+        print("    diagnostic: (b) with the backpressure pause out of reach ...", file=sys.stderr)
+        never = {"backpressure_high_multiplier": args.messages + 1, "backpressure_low_multiplier": 4}
+        b_unpaused, _ = await engine_run(bootstrap, unpaused_topic, unpaused_ends, args.max_executors, executor=never)
+    print("    reference: asyncio subprocess spawn rate ...", file=sys.stderr)
+    a_ref = await asyncio_spawn_rate(args.spawns, args.max_executors)
+    report(args, spawns, a_ref, b, b_unpaused, args.messages)
+
+    if args.profile_messages:
+        print("profiling ...", file=sys.stderr)
+        profiler = cProfile.Profile()
+        profiled, _ = await engine_run(bootstrap, profile_topic, profile_ends, args.max_executors, profiler)
+        profile_report(profiler, profiled.count, args.top)
+    return 0  # a MISS is a finding to read, not a crash
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
