@@ -1,0 +1,119 @@
+"""The operator records what it does as Kubernetes Events on the Pipeline (`kubectl describe pipeline`).
+
+Against a real kube-apiserver + controller-manager (envtest) and a real Kafka broker;
+the events are read back as `v1 Event` objects whose involvedObject is the Pipeline.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.operator.cluster_helpers import create_pipeline, dynamic, install_crds, namespace, running_operator, wait_for
+from tests.operator.test_operator_k8s import commit, spec_for
+from tests.services.kafka import create_topic, produce_json, unique_name
+
+pytestmark = [pytest.mark.k8s, pytest.mark.kafka]
+
+OPERATED = "knarr-ev-"  # namespaces this module's operator watches
+
+
+@pytest.fixture(scope="module")
+def api(kubeconfig):
+    dyn = dynamic(kubeconfig)
+    install_crds(dyn)
+    return dyn
+
+
+@pytest.fixture(scope="module")
+def operator(api, kubeconfig):
+    with running_operator(kubeconfig, f"{OPERATED}*") as runner:
+        yield runner
+
+
+@pytest.fixture
+def ns(api, operator):
+    with namespace(api, f"{OPERATED}{secrets.token_hex(4)}") as name:
+        yield name
+        # Pipelines go first, while the operator still watches the namespace (kopf's finalizer).
+        pipelines = api.resources.get(api_version="knarr.dev/v1alpha1", kind="Pipeline")
+        for item in pipelines.get(namespace=name).items:
+            pipelines.delete(name=item.metadata.name, namespace=name)
+        try:
+            wait_for(lambda: not pipelines.get(namespace=name).items, 30, "Pipelines deleted")
+        except AssertionError:
+            for item in pipelines.get(namespace=name).items:
+                pipelines.patch(name=item.metadata.name, namespace=name, body={"metadata": {"finalizers": None}}, content_type="application/merge-patch+json")
+
+
+@pytest.fixture
+def topic(kafka_bootstrap):
+    name = unique_name("knarr-ev")
+    create_topic(kafka_bootstrap, name, partitions=4)
+    return name
+
+
+def pipeline_events(api, ns: str, name: str) -> list[dict[str, Any]]:
+    """The v1 Events in ``ns`` recorded against the Pipeline ``name``, as (type, reason, message) dicts."""
+    items = client.CoreV1Api(api.client).list_namespaced_event(ns).items
+    return [
+        {"type": e.type, "reason": e.reason, "message": e.message}
+        for e in items
+        if e.involved_object.kind == "Pipeline" and e.involved_object.name == name
+    ]
+
+
+def wait_for_events(api, ns: str, name: str, match: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> list[dict[str, Any]]:
+    """Poll until some Pipeline event satisfies ``match``; at the deadline, name every event the Pipeline has."""
+    try:
+        return wait_for(lambda: [e for e in pipeline_events(api, ns, name) if match(e)], timeout, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; all events on Pipeline {name}: {pipeline_events(api, ns, name)}") from None
+
+
+# kopf.info() posts nothing while settings.posting.level > INFO, and handlers.configure() sets it to WARNING.
+NORMAL_EVENTS_SUPPRESSED = pytest.mark.xfail(
+    strict=True,
+    reason="handlers.configure() sets settings.posting.level = logging.WARNING, which makes every kopf.info() "
+    "(Created/Updated/Deleted/Scaled/Backfill*) a no-op; only kopf.warn() events are posted",
+)
+
+
+@NORMAL_EVENTS_SUPPRESSED
+def test_creating_a_pipeline_records_a_normal_event_for_each_child_it_created(api, operator, ns, kafka_bootstrap, topic):
+    create_pipeline(api, ns, "search", spec_for(kafka_bootstrap, topic))
+    wanted = {"created ConfigMap search-config", "created Deployment search", "created Service search-metrics", "created PodDisruptionBudget search"}
+    found: set[str] = set()
+
+    def created(event: dict[str, Any]) -> bool:
+        if event["type"] == "Normal" and event["reason"] == "Created":
+            found.add(event["message"])
+        return wanted <= found
+
+    wait_for_events(api, ns, "search", created, 30, f"Normal/Created events {sorted(wanted)}")
+
+
+@NORMAL_EVENTS_SUPPRESSED
+def test_scaling_by_lag_records_a_scaled_event_naming_the_new_replica_count(api, operator, ns, kafka_bootstrap, topic):
+    group = f"{topic}-group"
+    produce_json(kafka_bootstrap, topic, [{"i": i} for i in range(400)], partition=0)
+    produce_json(kafka_bootstrap, topic, [{"i": i} for i in range(400)], partition=1)
+    commit(kafka_bootstrap, group, topic, {0: 0, 1: 0, 2: 0, 3: 0})
+    create_pipeline(api, ns, "search", spec_for(kafka_bootstrap, topic, minReplicas=1, maxReplicas=3, lagPerReplica=100, scaleDownDelaySeconds=300))
+
+    (event,) = wait_for_events(api, ns, "search", lambda e: e["type"] == "Normal" and e["reason"] == "Scaled", 60, "a Normal/Scaled event")
+    assert event["message"] == "scaled from 1 to 3 workers (lag 800, 4 partitions)"
+
+
+def test_a_config_the_worker_rejects_records_a_warning_event_with_reason_invalid_config(api, operator, ns, kafka_bootstrap, topic):
+    spec = spec_for(kafka_bootstrap, topic)
+    spec["kafka"].update(heartbeatIntervalMs=50_000, sessionTimeoutMs=45_000)
+    create_pipeline(api, ns, "search", spec)
+
+    (event,) = wait_for_events(api, ns, "search", lambda e: e["reason"] == "InvalidConfig", 30, "an InvalidConfig event")
+    assert event["type"] == "Warning"
+    assert "heartbeat_interval_ms" in event["message"]
