@@ -112,7 +112,9 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env
+            )
         return self
 
     @property
@@ -125,7 +127,8 @@ class WorkerProcess:
 
     def _assert_alive(self) -> None:
         if not self.alive():
-            raise AssertionError(f"worker {self.name} exited with {self.proc.returncode if self.proc else None}:\n{self.log_tail()}")
+            code = self.proc.returncode if self.proc else None
+            raise AssertionError(f"worker {self.name} exited with {code}:\n{self.log_tail()}")
 
     # --- probes ----------------------------------------------------------------------------
     def _get(self, path: str) -> tuple[int, bytes] | None:
