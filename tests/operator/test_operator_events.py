@@ -75,15 +75,8 @@ def wait_for_events(api, ns: str, name: str, match: Callable[[dict[str, Any]], b
         raise AssertionError(f"{exc}; all events on Pipeline {name}: {pipeline_events(api, ns, name)}") from None
 
 
-# kopf.info() posts nothing while settings.posting.level > INFO, and handlers.configure() sets it to WARNING.
-NORMAL_EVENTS_SUPPRESSED = pytest.mark.xfail(
-    strict=True,
-    reason="handlers.configure() sets settings.posting.level = logging.WARNING, which makes every kopf.info() "
-    "(Created/Updated/Deleted/Scaled/Backfill*) a no-op; only kopf.warn() events are posted",
-)
 
 
-@NORMAL_EVENTS_SUPPRESSED
 def test_creating_a_pipeline_records_a_normal_event_for_each_child_it_created(api, operator, ns, kafka_bootstrap, topic):
     create_pipeline(api, ns, "search", spec_for(kafka_bootstrap, topic))
     wanted = {"created ConfigMap search-config", "created Deployment search", "created Service search-metrics", "created PodDisruptionBudget search"}
@@ -97,7 +90,6 @@ def test_creating_a_pipeline_records_a_normal_event_for_each_child_it_created(ap
     wait_for_events(api, ns, "search", created, 30, f"Normal/Created events {sorted(wanted)}")
 
 
-@NORMAL_EVENTS_SUPPRESSED
 def test_scaling_by_lag_records_a_scaled_event_naming_the_new_replica_count(api, operator, ns, kafka_bootstrap, topic):
     group = f"{topic}-group"
     produce_json(kafka_bootstrap, topic, [{"i": i} for i in range(400)], partition=0)

@@ -53,8 +53,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Keep kopf's bookkeeping in annotations: the status belongs to kubectl users.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
-    # Our own events (Created, Scaled, InvalidConfig, …) say what happened; kopf's per-handler ones are noise.
-    settings.posting.level = logging.WARNING
+    # Our own events (Created, Scaled, InvalidConfig, …) say what happened; kopf posts its per-handler
+    # log lines as events only when posting.loggers is on, which it is not — so keep posting at INFO,
+    # or kopf.info() (every Normal event) would be dropped.
+    settings.posting.level = logging.INFO
     settings.execution.max_workers = 8
 
 
