@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -37,8 +38,7 @@ def consumer_lag(brokers: str, group: str, topic: str, extra: Mapping[str, objec
         if info is None or info.error is not None or not info.partitions:
             raise KafkaUnreachable(f"source topic {topic!r} does not exist on {brokers}; create it or fix kafka.sourceTopic")
         partitions = [TopicPartition(topic, p) for p in sorted(info.partitions)]
-        request = [ConsumerGroupTopicPartitions(group, partitions)]
-        committed = admin.list_consumer_group_offsets(request, request_timeout=timeout)[group].result(timeout)
+        committed = _committed(admin, group, partitions, timeout)
         ends = _offsets(admin, partitions, OffsetSpec.latest(), timeout)
         starts = _offsets(admin, partitions, OffsetSpec.earliest(), timeout)
     except KafkaException as exc:
@@ -49,6 +49,23 @@ def consumer_lag(brokers: str, group: str, topic: str, extra: Mapping[str, objec
         position = tp.offset if tp.offset >= 0 else starts[tp.partition]
         total += max(0, ends[tp.partition] - position)
     return Lag(total=total, partitions=len(partitions))
+
+
+def _committed(admin: AdminClient, group: str, partitions: list[TopicPartition], timeout: float):
+    """The group's committed offsets; retriable broker states (a coordinator still loading) are waited out."""
+    deadline = time.monotonic() + timeout
+    delay = 0.1
+    while True:
+        request = [ConsumerGroupTopicPartitions(group, partitions)]
+        try:
+            return admin.list_consumer_group_offsets(request, request_timeout=timeout)[group].result(timeout)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            retriable = getattr(err, "retriable", lambda: False)()
+            if not retriable or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
 
 def _offsets(admin: AdminClient, partitions: list[TopicPartition], spec: OffsetSpec, timeout: float) -> dict[int, int]:

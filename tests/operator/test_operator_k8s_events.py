@@ -6,14 +6,17 @@ the events are read back as `v1 Event` objects whose involvedObject is the Pipel
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from tests.operator.cluster_helpers import create_pipeline, dynamic, install_crds, namespace, running_operator, wait_for
+from tests.operator.cluster_helpers import create_pipeline, dynamic, install_crds, namespace, wait_for
 from tests.operator.test_operator_k8s import commit, spec_for
 from tests.services.kafka import create_topic, produce_json, unique_name
 
@@ -30,9 +33,24 @@ def api(kubeconfig):
 
 
 @pytest.fixture(scope="module")
-def operator(api, kubeconfig):
-    with running_operator(kubeconfig, f"{OPERATED}*") as runner:
-        yield runner
+def operator(api, kubeconfig, tmp_path_factory):
+    """The operator as users run it: its own process (``knarr-operator``), not kopf's in-process runner."""
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "KNARR_OPERATOR_RESYNC_SECONDS": "1"}
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "knarr_operator", "--namespace", f"{OPERATED}*"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.returncode not in (0, -15):
+            print(log.read_text()[-4000:])
 
 
 @pytest.fixture
