@@ -51,12 +51,14 @@ class TaskExecutor:
         self.handler = handler
         self.scheduler = scheduler
         self.config = config
-        self._base_env = {**os.environ, **config.env} if config.env else None
+        # A plain dict, built once: posix_spawn converting os.environ (bytes-backed, decoded per
+        # access) on every spawn cost about 40 us of worker CPU per task.
+        self._base_env = {**os.environ, **config.env}
 
     def _env_for(self, task: ExecutorTask) -> dict[str, str] | None:
         if not task.env:
             return self._base_env
-        return {**(self._base_env or os.environ), **task.env}
+        return {**self._base_env, **task.env}
 
     def max_attempts(self, task: ExecutorTask) -> int:
         return task.max_attempts if task.max_attempts is not None else self.config.max_retries + 1
