@@ -66,12 +66,7 @@ def run_chunk(chunk: Chunk, messages: list[SourceMessage], job: ChunkJob, attemp
         result.duration_seconds = time.monotonic() - started
         return result
     if messages:
-        stats = worker.stats
-        for key, value in stats.as_dict().items():
+        for key, value in worker.stats.as_dict().items():
             setattr(result, key, value)
-        # Every task run ends exactly once: succeeded, replaced or failed. (RunStats.succeeded is
-        # not counted by the engine yet; derive it until it is.)
-        result.succeeded = max(stats.succeeded, stats.tasks - stats.failed - stats.replaced)
-        result.dead_lettered = worker.sinks.dead_lettered if worker.sinks is not None else 0
     result.duration_seconds = time.monotonic() - started
     return result

@@ -6,7 +6,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-COUNTS = ("messages", "empty_messages", "tasks", "succeeded", "failed", "replaced", "dead_lettered", "outputs")
+from knarr.engine.stats import RunStats
+
+# What a chunk reports is what its worker counted.
+COUNTS = tuple(RunStats.__dataclass_fields__)
 
 
 @dataclass
