@@ -6,6 +6,7 @@ The real kube-apiserver and Kafka come from tests/services (envtest.py, kafka.py
 from __future__ import annotations
 
 import copy
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ if str(REPO_ROOT) not in sys.path:  # tests/services is imported as a package fr
     sys.path.insert(0, str(REPO_ROOT))
 
 from tests.services.envtest import kubeconfig  # noqa: E402,F401  (session fixture)
-from tests.services.kafka import kafka_bootstrap  # noqa: E402,F401  (session fixture)
+from tests.operator.cluster_helpers import namespace, wait_for  # noqa: E402
+from tests.services.kafka import create_topic, kafka_bootstrap, unique_name  # noqa: E402,F401  (session fixture)
 
 SAMPLE_SPEC: dict[str, Any] = {
     "image": "registry.example/search-handler:1.2.0",
@@ -47,3 +49,30 @@ SAMPLE_SPEC: dict[str, Any] = {
 @pytest.fixture
 def sample_spec() -> dict[str, Any]:
     return copy.deepcopy(SAMPLE_SPEC)
+
+
+@pytest.fixture
+def ns(request, api, operator):
+    """A fresh namespace matching the module's ``OPERATED`` prefix, so the module's operator watches it."""
+    with namespace(api, f"{request.module.OPERATED}{secrets.token_hex(4)}") as name:
+        yield name
+        # Pipelines go first, while the operator still watches the namespace: kopf's
+        # finalizer (it has one for the resync timer) is removed only by a running operator.
+        pipelines = api.resources.get(api_version="knarr.dev/v1alpha1", kind="Pipeline")
+        for item in pipelines.get(namespace=name).items:
+            pipelines.delete(name=item.metadata.name, namespace=name)
+        try:
+            wait_for(lambda: not pipelines.get(namespace=name).items, 30, "Pipelines deleted")
+        except AssertionError:
+            # Cleanup only (deletion itself is tested): never leave a namespace stuck.
+            for item in pipelines.get(namespace=name).items:
+                pipelines.patch(name=item.metadata.name, namespace=name, body={"metadata": {"finalizers": None}},
+                                content_type="application/merge-patch+json")
+
+
+@pytest.fixture
+def topic(request, kafka_bootstrap):
+    """A fresh 4-partition source topic named after the module's prefix."""
+    name = unique_name(request.module.OPERATED.rstrip("-"))
+    create_topic(kafka_bootstrap, name, partitions=4)
+    return name

@@ -24,7 +24,7 @@ from tests.operator.cluster_helpers import (
     wait_for,
 )
 from tests.operator.conftest import SAMPLE_SPEC
-from tests.services.kafka import create_topic, produce_json, unique_name
+from tests.services.kafka import produce_json
 
 pytestmark = [pytest.mark.k8s, pytest.mark.kafka]
 
@@ -42,30 +42,6 @@ def api(kubeconfig):
 def operator(api, kubeconfig):
     with running_operator(kubeconfig, f"{OPERATED}*") as runner:
         yield runner
-
-
-@pytest.fixture
-def ns(api, operator):
-    with namespace(api, f"{OPERATED}{secrets.token_hex(4)}") as name:
-        yield name
-        # Pipelines go first, while the operator still watches the namespace: kopf's
-        # finalizer (it has one for the resync timer) is removed only by a running operator.
-        pipelines = api.resources.get(api_version="knarr.dev/v1alpha1", kind="Pipeline")
-        for item in pipelines.get(namespace=name).items:
-            pipelines.delete(name=item.metadata.name, namespace=name)
-        try:
-            wait_for(lambda: not pipelines.get(namespace=name).items, 30, "Pipelines deleted")
-        except AssertionError:
-            # Cleanup only (deletion itself is tested above): never leave a namespace stuck.
-            for item in pipelines.get(namespace=name).items:
-                pipelines.patch(name=item.metadata.name, namespace=name, body={"metadata": {"finalizers": None}}, content_type="application/merge-patch+json")
-
-
-@pytest.fixture
-def topic(kafka_bootstrap):
-    name = unique_name("knarr-op")
-    create_topic(kafka_bootstrap, name, partitions=4)
-    return name
 
 
 def spec_for(kafka_bootstrap: str, topic: str, **scaling: Any) -> dict[str, Any]:

@@ -7,7 +7,6 @@ the events are read back as `v1 Event` objects whose involvedObject is the Pipel
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,9 +15,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.operator.cluster_helpers import create_pipeline, dynamic, install_crds, namespace, wait_for
+from tests.operator.cluster_helpers import create_pipeline, dynamic, install_crds, wait_for
 from tests.operator.test_operator_k8s import commit, spec_for
-from tests.services.kafka import create_topic, produce_json, unique_name
+from tests.services.kafka import produce_json
 
 pytestmark = [pytest.mark.k8s, pytest.mark.kafka]
 
@@ -51,28 +50,6 @@ def operator(api, kubeconfig, tmp_path_factory):
             proc.wait()
         if proc.returncode not in (0, -15):
             print(log.read_text()[-4000:])
-
-
-@pytest.fixture
-def ns(api, operator):
-    with namespace(api, f"{OPERATED}{secrets.token_hex(4)}") as name:
-        yield name
-        # Pipelines go first, while the operator still watches the namespace (kopf's finalizer).
-        pipelines = api.resources.get(api_version="knarr.dev/v1alpha1", kind="Pipeline")
-        for item in pipelines.get(namespace=name).items:
-            pipelines.delete(name=item.metadata.name, namespace=name)
-        try:
-            wait_for(lambda: not pipelines.get(namespace=name).items, 30, "Pipelines deleted")
-        except AssertionError:
-            for item in pipelines.get(namespace=name).items:
-                pipelines.patch(name=item.metadata.name, namespace=name, body={"metadata": {"finalizers": None}}, content_type="application/merge-patch+json")
-
-
-@pytest.fixture
-def topic(kafka_bootstrap):
-    name = unique_name("knarr-ev")
-    create_topic(kafka_bootstrap, name, partitions=4)
-    return name
 
 
 def pipeline_events(api, ns: str, name: str) -> list[dict[str, Any]]:
