@@ -202,6 +202,7 @@ class PartitionProcessor:
         self._pending.pop(run.task.task_id, None)
         self.inflight_tasks -= 1
         metrics.tasks_in_flight.dec()
+        self.on_progress()
 
     def _spawn(self, coro) -> None:
         child = asyncio.create_task(coro)
