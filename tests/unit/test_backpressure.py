@@ -1,47 +1,75 @@
-"""Which partitions backpressure pauses: heavy ones, with hysteresis, and memory stays bounded."""
+"""Flow control: the worker holds at the high watermark, isolates partitions flooded by fan-out."""
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from knarr.engine.backpressure import paused_partitions
+from knarr.engine.backpressure import Flow, decide_flow, held_load
 
-HIGH, LOW = 128, 16
-
-
-def test_nothing_pauses_below_the_high_watermark():
-    assert paused_partitions({0: 60, 1: 60}, set(), HIGH, LOW) == set()
+HIGH, LOW, BATCH = 128, 16, 100
+FLOODED = HIGH + BATCH
 
 
-def test_a_single_partition_pauses_at_the_high_watermark_and_resumes_at_the_low_one():
-    assert paused_partitions({0: 128}, set(), HIGH, LOW) == {0}
-    assert paused_partitions({0: 50}, {0}, HIGH, LOW) == {0}  # hysteresis: still above low
-    assert paused_partitions({0: 16}, {0}, HIGH, LOW) == set()
+def decide(loads: dict[int, int], previous: Flow = Flow()) -> Flow:
+    return decide_flow(loads, previous, HIGH, LOW, BATCH)
 
 
-def test_a_flooded_partition_is_paused_while_a_trickling_one_keeps_flowing():
-    assert paused_partitions({0: 10_000, 1: 1}, set(), HIGH, LOW) == {0}
+def test_below_the_high_watermark_everything_flows():
+    assert decide({0: 60, 1: 60}) == Flow()
 
 
-def test_evenly_loaded_partitions_all_pause_together():
-    assert paused_partitions({0: 40, 1: 40, 2: 40, 3: 40}, set(), HIGH, LOW) == {0, 1, 2, 3}
+def test_the_worker_holds_at_the_high_watermark_and_consumes_again_at_the_low_one():
+    held = decide({0: 64, 1: 64})
+    assert held == Flow(hold=True)
+    assert decide({0: 30, 1: 20}, held).hold  # hysteresis: still above the low watermark
+    assert decide({0: 8, 1: 8}, held) == Flow()
 
 
-def test_a_paused_partition_that_drained_resumes_even_if_another_is_still_heavy():
-    assert paused_partitions({0: 10_000, 1: 2}, {0, 1}, HIGH, LOW) == {0}
+def test_an_evenly_loaded_worker_holds_without_pausing_any_partition_at_the_client():
+    # A client pause would drop the messages already fetched; a hold keeps them.
+    assert decide({0: 40, 1: 40, 2: 40, 3: 40}) == Flow(hold=True)
 
 
-@given(st.lists(st.integers(0, 400), min_size=1, max_size=8), st.integers(0, 2**8 - 1))
-def test_every_partition_left_running_is_light_or_the_worker_is_under_its_watermark(loads, mask):
-    by_partition = dict(enumerate(loads))
-    before = {p for p in by_partition if mask >> p & 1}
-    paused = paused_partitions(by_partition, before, HIGH, LOW)
-    total, n = sum(loads), len(loads)
-    for p, load in by_partition.items():
-        if p in paused:
-            continue
-        if p in before:  # resumed: the worker drained, or this partition did
-            assert total <= LOW or load <= max(1, LOW // n)
-        else:  # never paused: the worker is under the watermark, or this partition is light
-            assert total < HIGH or load < max(1, HIGH // n)
-    # So what keeps flowing is bounded whatever the lag: paused partitions stop growing and the
-    # others together add less than the high watermark.
+def test_one_partition_carrying_what_a_poll_can_bring_is_held_not_isolated():
+    # high - 1 before the last poll, + one batch: consumption alone can get here.
+    assert decide({0: HIGH - 1 + BATCH, 1: 0}) == Flow(hold=True)
+
+
+def test_a_partition_flooded_by_fan_out_is_isolated_while_a_trickling_one_keeps_flowing():
+    flow = decide({0: 10_000, 1: 1})
+    assert flow == Flow(hold=False, isolated=frozenset({0}))
+
+
+def test_an_isolated_partition_rejoins_once_drained_to_the_low_watermark():
+    isolated = Flow(isolated=frozenset({0}))
+    assert decide({0: 100, 1: 1}, isolated).isolated == {0}
+    assert decide({0: LOW, 1: 1}, isolated) == Flow()
+
+
+def test_the_others_still_hold_together_beside_an_isolated_partition():
+    flow = decide({0: 10_000, 1: 70, 2: 70})
+    assert flow == Flow(hold=True, isolated=frozenset({0}))
+    assert held_load({0: 10_000, 1: 70, 2: 70}, flow) == 140
+
+
+loads_strategy = st.dictionaries(st.integers(0, 7), st.integers(0, 20_000), min_size=1, max_size=8)
+
+
+@given(loads_strategy, st.booleans(), st.frozensets(st.integers(0, 7)))
+def test_whatever_flows_is_bounded_by_the_config_not_the_lag(loads, was_holding, was_isolated):
+    flow = decide(loads, Flow(was_holding, was_isolated))
+    flowing = held_load(loads, flow)
+    if not flow.hold:
+        # Taking messages only while the partitions that take them are under the high
+        # watermark (or draining from a hold): one more poll keeps them under high + batch.
+        assert flowing < HIGH
+    for p in flow.isolated:  # isolated only when flooded, kept only until drained
+        assert loads[p] >= FLOODED or (p in was_isolated and loads[p] > LOW)
+    for p, load in loads.items():
+        if load >= FLOODED:
+            assert p in flow.isolated
+
+
+@given(loads_strategy)
+def test_a_hold_ends_only_at_the_low_watermark(loads):
+    flow = decide(loads, Flow(hold=True))
+    assert flow.hold == (held_load(loads, flow) > LOW)

@@ -14,7 +14,7 @@ from typing import Any
 
 from knarr.api.handler import BaseHandler, periodic_methods
 from knarr.config.root import KnarrConfig
-from knarr.engine.backpressure import paused_partitions
+from knarr.engine.backpressure import Flow, decide_flow, held_load
 from knarr.engine.execution import TaskExecutor
 from knarr.engine.processes import seal_inherited_fds
 from knarr.engine.processor import PartitionProcessor
@@ -29,6 +29,8 @@ from knarr.sinks.dlq import DeadLetterQueue, FileDeadLetterQueue
 from knarr.sources.base import Source
 
 VERSION = "0.1.0"
+HOLD_RECHECK_SECONDS = 0.05  # while holding: re-decide and commit at least this often
+HOLD_LIMIT_SECONDS = 5.0  # longest hold before the client pauses every partition and polls again
 
 
 class Worker:
@@ -40,7 +42,10 @@ class Worker:
         self.worker_id = os.environ.get(config.worker_name_env) or f"knarr-{os.getpid():x}"
         self.log = get_logger()
         self._running = False
-        self._paused: set[int] = set()
+        self._flow = Flow()
+        self._held_since: float | None = None
+        self._client_paused: set[int] = set()
+        self._progress = asyncio.Event()  # a task or message finished while the worker holds
         self._fatal: BaseException | None = None
         self._stop = asyncio.Event()
         self._ready = False
@@ -156,6 +161,7 @@ class Worker:
             self.log.info("shutdown requested")
         self._running = False
         self._stop.set()
+        self._progress.set()
 
     def fail(self, exc: BaseException) -> None:
         """Something cannot be handled without losing data: stop now, commit nothing more."""
@@ -167,13 +173,11 @@ class Worker:
     async def _poll_loop(self) -> None:
         assert self.source is not None
         self._running = True
-        high, low = self.config.executor.backpressure_high, self.config.executor.backpressure_low
         batch = self.config.kafka.max_poll_records
         while self._running:
-            loads = {p: proc.load for p, proc in self.processors.items()}
-            paused = paused_partitions(loads, self._paused, high, low)
-            if paused != self._paused:
-                self._set_paused(paused, loads)
+            if self._update_flow():
+                await self._hold()
+                continue
             messages, committed = await self.source.poll(batch, self._committable())
             self._acknowledge(committed)
             if not self._running:
@@ -186,18 +190,67 @@ class Worker:
                 self.log.info("source exhausted; stopping")
                 self.stop()
 
-    def _set_paused(self, paused: set[int], loads: dict[int, int]) -> None:
+    # --- flow control (backpressure) -----------------------------------------------------
+    def _loads(self) -> dict[int, int]:
+        return {p: proc.load for p, proc in self.processors.items()}
+
+    def _update_flow(self) -> bool:
+        """Decide the flow state; True while the worker should hold (take no messages)."""
         assert self.source is not None
-        newly, resumed = sorted(paused - self._paused), sorted(self._paused - paused)
-        self._paused = paused
-        self.source.set_paused(paused)
-        metrics.backpressure.set(1 if paused else 0)
-        metrics.partitions_paused.set(len(paused))
+        cfg = self.config.executor
+        loads = self._loads()
+        flow = decide_flow(loads, self._flow, cfg.backpressure_high, cfg.backpressure_low,
+                           self.config.kafka.max_poll_records)
+        if flow != self._flow:
+            self._log_flow(flow, loads)
+        self._flow = flow
+        now = time.monotonic()
+        if not flow.hold:
+            self._held_since = None
+        elif self._held_since is None:
+            self._held_since = now
+        # A hold takes no messages, but it cannot last forever without polling: the client
+        # serves rebalances and proves liveness (max.poll.interval.ms) only inside poll. A
+        # long hold therefore pauses every partition at the client and polls again.
+        long_hold = flow.hold and now - self._held_since >= self._hold_limit()
+        client_paused = set(self.processors) if long_hold else set(flow.isolated)
+        if client_paused != self._client_paused:
+            self._client_paused = client_paused
+            self.source.set_paused(client_paused)
+            metrics.partitions_paused.set(len(client_paused))
+        metrics.backpressure.set(1 if flow.hold or flow.isolated else 0)
+        return flow.hold and not long_hold
+
+    def _hold_limit(self) -> float:
+        return min(HOLD_LIMIT_SECONDS, self.config.kafka.max_poll_interval_ms / 1000 / 4)
+
+    async def _hold(self) -> None:
+        """Wait for room (or a short while), committing what finished meanwhile."""
+        assert self.source is not None
+        self._progress.clear()
+        try:
+            await asyncio.wait_for(self._progress.wait(), HOLD_RECHECK_SECONDS)
+        except TimeoutError:
+            commits = self._committable()
+            if commits:
+                self._acknowledge(await self.source.commit_now(commits))
+
+    def _on_progress(self) -> None:
+        """Called by processors as work finishes: wake the held poll loop once there is room."""
+        if self._flow.hold and not self._progress.is_set():
+            if held_load(self._loads(), self._flow) <= self.config.executor.backpressure_low:
+                self._progress.set()
+
+    def _log_flow(self, flow: Flow, loads: dict[int, int]) -> None:
         load = sum(loads.values())
-        if newly:
-            self.log.info("backpressure on: pausing", partitions=newly, load=load)
-        if resumed:
-            self.log.info("backpressure off: resuming", partitions=resumed, load=load)
+        if flow.hold != self._flow.hold:
+            self.log.info("backpressure on: holding" if flow.hold else "backpressure off: consuming", load=load)
+        if flow.isolated - self._flow.isolated:
+            self.log.info("partition flooded by fan-out: paused while the others flow",
+                          partitions=sorted(flow.isolated - self._flow.isolated), load=load)
+        if self._flow.isolated - flow.isolated:
+            self.log.info("flooded partition drained: resuming",
+                          partitions=sorted(self._flow.isolated - flow.isolated), load=load)
 
     def _committable(self) -> dict[int, int]:
         out = {}
@@ -221,7 +274,7 @@ class Worker:
                 continue
             processor = PartitionProcessor(
                 self.source.topic, p, self.handler, self.executor, self.sinks, self.config.executor, self.fail,
-                stats=self.stats,
+                on_progress=self._on_progress, stats=self.stats,
             )
             processor.start()
             self.processors[p] = processor

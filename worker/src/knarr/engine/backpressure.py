@@ -1,31 +1,45 @@
-"""Which partitions to pause: a pure decision from each partition's load.
+"""Flow control: when to stop consuming, and which partitions to pause at the client.
 
-Consumption pauses when the total load (queued messages + in-flight tasks over all
-partitions) reaches the high watermark, and resumes at the low one — but only the
-partitions carrying at least their fair share of the load are paused. A partition flooded
-by a 10,000-task fan-out is held back while one that trickles keeps flowing, and memory
-stays bounded: paused partitions stop growing, and the others together add at most their
-shares.
+Load is a partition's queued messages plus its in-flight tasks. Two mechanisms:
+
+- **Hold**: when the load reaches the high watermark, the worker stops taking messages
+  until it falls to the low one. Nothing is paused at the Kafka client meanwhile, so the
+  messages it already fetched stay in its (bounded) queue and flow again at once; a client
+  pause would drop them and resuming would wait for a new fetch (hundreds of ms in
+  librdkafka), leaving the pool idle every cycle.
+- **Isolation**: a partition whose own load reaches ``high + batch`` got there by fan-out —
+  consumption alone cannot put that much on one partition, because the worker holds at
+  ``high`` and one poll adds at most ``batch`` — so it is paused at the client, left out of
+  the hold, and the other partitions keep flowing (a 10,000-task message on one partition
+  must not starve the rest). It rejoins once it has drained to the low watermark.
+
+Memory stays bounded whatever the lag: the partitions taking part in the hold hold fewer
+than ``high + batch`` messages together, and an isolated partition receives nothing new.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 
-def paused_partitions(loads: dict[int, int], paused: set[int], high: int, low: int) -> set[int]:
-    """The partitions that should be paused now, given which are paused already (hysteresis)."""
-    if not loads:
-        return set()
-    total = sum(loads.values())
-    n = len(loads)
-    high_share = max(1, high // n)
-    low_share = max(1, low // n)
-    result = set()
-    for partition, load in loads.items():
-        if partition in paused:
-            # Stay paused until the whole worker is back under the low watermark, or this
-            # partition has drained to a small share of it.
-            if total > low and load > low_share:
-                result.add(partition)
-        elif total >= high and load >= high_share:
-            result.add(partition)
-    return result
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    hold: bool = False
+    isolated: frozenset[int] = field(default_factory=frozenset)
+
+
+def decide_flow(loads: dict[int, int], previous: Flow, high: int, low: int, batch: int) -> Flow:
+    """The flow state now, given each partition's load and the state before (hysteresis)."""
+    flooded_at = high + batch
+    isolated = frozenset(
+        p for p, load in loads.items()
+        if load >= flooded_at or (p in previous.isolated and load > low)
+    )
+    rest = sum(load for p, load in loads.items() if p not in isolated)
+    hold = rest >= high or (previous.hold and rest > low)
+    return Flow(hold, isolated)
+
+
+def held_load(loads: dict[int, int], flow: Flow) -> int:
+    """The load that decides when a hold ends: every partition's but the isolated ones'."""
+    return sum(load for p, load in loads.items() if p not in flow.isolated)
