@@ -3,10 +3,12 @@
 Figures from one run on one machine (the local Kafka broker, started or reused):
 
   (a) raw spawn rate: ``knarr.engine.processes.run_process`` called directly — the engine's own
-      spawn path (pipes, own session, reaping) — on /bin/true, with max_executors concurrent
-      spawns. This is the ceiling: nothing can run tasks faster through that path.
+      spawn path (output capture, own session, reaping) — on /bin/true, with max_executors
+      concurrent spawns. This is the ceiling: nothing can run tasks faster through that path.
       For reference, the same through ``asyncio.create_subprocess_exec`` (stdout/stderr pipes,
-      start_new_session, pidfd child watcher) is printed too.
+      start_new_session, pidfd child watcher) is printed too, and the same spawns from C
+      (bench/spawn_floor.c, when a C compiler is at hand): the parent's CPU per spawn there is
+      the floor for (d) in any language.
   (b) end-to-end engine throughput on a pre-filled topic: Kafka in -> one /bin/true task per
       message -> one Kafka output per message -> offsets committed. The Worker runs in this
       process; the clock runs from the first consumed batch to the commit of the last offset.
@@ -14,6 +16,7 @@ Figures from one run on one machine (the local Kafka broker, started or reused):
   (d) worker CPU per task, children excluded: getrusage(RUSAGE_SELF) (every thread of this
       process: event loop, consumer, producer, librdkafka) over the same interval / tasks.
                                                target <= 60 us
+      The local broker's CPU per task over the same interval is printed beside it (not in d).
 
 Then the same engine run, smaller, under cProfile: the top functions by own time (main thread).
 
@@ -29,7 +32,10 @@ import io
 import os
 import pstats
 import resource
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -70,6 +76,7 @@ class Figure:
     seconds: float
     cpu_seconds: float
     loop_cpu_seconds: float = 0.0  # the event loop thread's share of cpu_seconds
+    broker_cpu_seconds: float | None = None  # the local broker's CPU over the same interval
 
     @property
     def rate(self) -> float:
@@ -125,6 +132,30 @@ async def asyncio_spawn_rate(count: int, concurrency: int) -> Figure:
     return Figure(count, time.perf_counter() - started, cpu_self() - cpu)
 
 
+def c_spawn_floor(count: int, concurrency: int) -> Figure | None:
+    """The same spawns from C (bench/spawn_floor.c): what spawning costs a parent in any language."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "spawn_floor"
+        subprocess.run([compiler, "-O2", "-o", str(exe), str(REPO_ROOT / "bench" / "spawn_floor.c")], check=True)
+        out = subprocess.run([str(exe), BINARY, str(count), str(concurrency)], check=True,
+                             capture_output=True, text=True).stdout.split()
+    cpu_us, rate = float(out[0]), float(out[1])
+    return Figure(count, count / rate, cpu_us * count / 1e6)
+
+
+def broker_cpu_seconds() -> float | None:
+    """CPU seconds used so far by the local broker (the JVM), if it was started from this checkout."""
+    try:
+        pid = (REPO_ROOT / ".cache" / "kafka" / "broker.pid").read_text().strip()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # --- (b) the engine end to end -------------------------------------------------------------
 class TrueHandler(knarr.BaseHandler[None, None]):
     """One /bin/true per message; one small Kafka output per message."""
@@ -149,6 +180,7 @@ class TimedSource:
         self.first_cpu = self.first_loop_cpu = 0.0
         self.done_at: float | None = None
         self.done_cpu = self.done_loop_cpu = 0.0
+        self.first_broker = self.done_broker = None
         self.worker: Worker | None = None
 
     async def start(self, on_assign, on_revoke) -> None:
@@ -158,6 +190,7 @@ class TimedSource:
         messages, done = await self.inner.poll(max_records, commits)
         if messages and self.first_at is None:
             self.first_at, self.first_cpu, self.first_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
+            self.first_broker = broker_cpu_seconds()
         self._committed(done)
         return messages, done
 
@@ -170,6 +203,7 @@ class TimedSource:
         self.committed.update(done)
         if self.done_at is None and all(self.committed.get(p, 0) >= end for p, end in self.ends.items()):
             self.done_at, self.done_cpu, self.done_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
+            self.done_broker = broker_cpu_seconds()
             if self.worker is not None:
                 self.worker.stop()
 
@@ -220,8 +254,11 @@ async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_execu
     if code != 0 or source.first_at is None or source.done_at is None:
         raise RuntimeError(f"engine run did not finish cleanly (exit {code}); committed {source.committed}, ends {ends}")
     tasks = worker.stats.tasks
+    broker = None
+    if source.first_broker is not None and source.done_broker is not None:
+        broker = source.done_broker - source.first_broker
     figure = Figure(tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
-                    source.done_loop_cpu - source.first_loop_cpu)
+                    source.done_loop_cpu - source.first_loop_cpu, broker)
     return figure, worker
 
 
@@ -230,8 +267,8 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, b: Figure, b_unpaused: Figure | None,
-           messages: int) -> None:
+def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor: Figure | None, b: Figure,
+           b_unpaused: Figure | None, messages: int) -> None:
     a = max(spawns, key=lambda f: f.rate)  # the machine is shared: the better of two runs is the ceiling
     ratio = b.rate / a.rate
     print(f"\nengine bench: {os.cpu_count()} cores, max_executors={args.max_executors}, binary={BINARY}, "
@@ -243,14 +280,20 @@ def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, b: Fig
     print(f"  {'    parent CPU per spawn, run_process':58}{a.cpu_us:>10.0f} us")
     print(f"  {'    reference: asyncio.create_subprocess_exec':58}{a_ref.rate:>10.0f} /s")
     print(f"  {'    parent CPU per spawn, asyncio subprocess':58}{a_ref.cpu_us:>10.0f} us")
+    if floor is not None:
+        print(f"  {'    floor: the same spawns from C (bench/spawn_floor.c)':58}{floor.rate:>10.0f} /s")
+        print(f"  {'    parent CPU per spawn from C':58}{floor.cpu_us:>10.0f} us")
     print(f"  {'(b) engine end to end, Kafka -> task -> Kafka -> commit':58}{b.rate:>10.0f} /s")
     if b_unpaused is not None:
         print(f"  {'    diagnostic: b with the backpressure pause out of reach':58}{b_unpaused.rate:>10.0f} /s"
               f"  (b/a {b_unpaused.rate / a.rate:.2f}, {b_unpaused.cpu_us:.0f} us/task)")
     print(f"  {'(c) b / a':58}{ratio:>14.2f}  {'>= ' + format(TARGET_RATIO, 'g'):>10}  {verdict(ratio >= TARGET_RATIO)}")
+    print(f"  {'    reference: b / asyncio.create_subprocess_exec rate':58}{b.rate / a_ref.rate:>14.2f}")
     print(f"  {'(d) worker CPU per task, children excluded':58}{b.cpu_us:>10.0f} us  "
           f"{'<= ' + format(TARGET_CPU_US, 'g') + ' us':>10}  {verdict(b.cpu_us <= TARGET_CPU_US)}")
     print(f"  {'    of which the event loop thread':58}{b.loop_cpu_seconds / b.count * 1e6:>10.0f} us")
+    if b.broker_cpu_seconds is not None:
+        print(f"  {'    not in (d): the local broker (JVM), per task':58}{b.broker_cpu_seconds / b.count * 1e6:>10.0f} us")
     print(f"      ({b.count} tasks in {b.seconds:.2f}s, {b.cpu_seconds:.2f} CPU-s of the worker process; "
           f"spawns: {a.count} in {a.seconds:.2f}s)")
 
@@ -299,7 +342,9 @@ async def main() -> int:
         b_unpaused, _ = await engine_run(bootstrap, unpaused_topic, unpaused_ends, args.max_executors, executor=never)
     print("    reference: asyncio subprocess spawn rate ...", file=sys.stderr)
     a_ref = await asyncio_spawn_rate(args.spawns, args.max_executors)
-    report(args, spawns, a_ref, b, b_unpaused, args.messages)
+    print("    floor: the same spawns from C ...", file=sys.stderr)
+    floor = c_spawn_floor(args.spawns, args.max_executors)
+    report(args, spawns, a_ref, floor, b, b_unpaused, args.messages)
 
     if args.profile_messages:
         print("profiling ...", file=sys.stderr)
