@@ -1,0 +1,59 @@
+"""Backpressure on the real broker: a partition flooded by fan-out is paused alone, the others flow.
+
+The worker holds (takes no messages) when its load reaches the high watermark. A partition
+whose own load is beyond what polling alone could bring — here one message fanning out to
+hundreds of tasks — is paused at the Kafka client and left out of the hold, so messages on
+the other partitions are still consumed and run beside the flood.
+"""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import REGISTRY
+
+from knarr.runtime import Worker
+
+from tests.programs.handlers import TaggedHandler
+from tests.services.kafka import consume_all, produce_json
+from tests.worker.harness import kafka_config, running, topics, wait_until
+
+pytestmark = pytest.mark.kafka
+
+FLOOD_TASKS = 240
+TASK_SECONDS = 0.05  # 240 tasks x 50 ms on 2 slots: about 6 s of flood
+
+
+def outputs(bootstrap: str, topic: str) -> list[dict]:
+    return [m.json() for m in consume_all(bootstrap, topic, timeout=5)]
+
+
+async def test_a_partition_flooded_by_fan_out_does_not_hold_back_the_others(kafka_bootstrap: str) -> None:
+    src, out = topics(kafka_bootstrap, partitions=2)
+    config = kafka_config(kafka_bootstrap, src, out_topic=out,
+                          executor={"max_executors": 2, "backpressure_high_multiplier": 4,
+                                    "backpressure_low_multiplier": 1})
+    config.kafka.max_poll_records = 10  # flooded at high (8) + one batch (10)
+    async with running(Worker(config, TaggedHandler())):
+        produce_json(kafka_bootstrap, src, [{"request_id": "flood", "fanout": FLOOD_TASKS, "sleep": TASK_SECONDS}],
+                     partition=0)
+        await wait_until(lambda: any(o.get("request_id") == "flood" for o in outputs(kafka_bootstrap, out)),
+                         30, "the flood's first task outputs")
+        await wait_until(lambda: REGISTRY.get_sample_value("knarr_partitions_paused") == 1, 10,
+                         "the flooded partition to be paused at the client")
+
+        produce_json(kafka_bootstrap, src, [{"request_id": f"trickle-{i}"} for i in range(3)], partition=1)
+        seen = await wait_until(
+            lambda: (o := outputs(kafka_bootstrap, out))
+            and {x["request_id"] for x in o if x["kind"] == "message"} >= {"trickle-0", "trickle-1", "trickle-2"}
+            and o,
+            30, "the other partition's messages to complete",
+        )
+        flood_tasks_done = sum(1 for x in seen if x["kind"] == "task" and x["request_id"] == "flood")
+        flood_summary = [x for x in seen if x["kind"] == "message" and x["request_id"] == "flood"]
+        assert not flood_summary and flood_tasks_done < FLOOD_TASKS, (
+            f"the trickle finished only after the flood ({flood_tasks_done} of {FLOOD_TASKS} flood tasks done)")
+
+        await wait_until(lambda: any(x["kind"] == "message" and x["request_id"] == "flood"
+                                     for x in outputs(kafka_bootstrap, out)), 60, "the flood to finish")
+        await wait_until(lambda: REGISTRY.get_sample_value("knarr_partitions_paused") == 0, 10,
+                         "the drained partition to be resumed")
