@@ -71,15 +71,15 @@ class TaskExecutor:
                 return Succeeded(outcome), attempt
             error = outcome
             if error.reason == "expired":
-                metrics.tasks.labels("expired").inc()
+                metrics.labelled(metrics.tasks, "expired").inc()
                 return Failed(error), attempt
             _failed.inc()
             decision = await self._on_error(task, error)
             if isinstance(decision, list):
-                metrics.tasks.labels("replaced").inc()
+                metrics.labelled(metrics.tasks, "replaced").inc()
                 return Replaced(error, decision), attempt
             if decision is ErrorAction.RETRY and attempt < self.max_attempts(task):
-                metrics.tasks.labels("retried").inc()
+                metrics.labelled(metrics.tasks, "retried").inc()
                 # Wait without holding a slot, so other tasks use the pool meanwhile.
                 await asyncio.sleep(
                     retry_delay(attempt, self.config.retry_backoff_base_seconds, self.config.retry_backoff_max_seconds)
@@ -97,7 +97,7 @@ class TaskExecutor:
                 task=task, exit_code=pre.exit_code, stdout=pre.stdout, stderr=pre.stderr,
                 duration_seconds=pre.duration_seconds, pid=None, attempt=attempt,
             )
-            metrics.tasks.labels("precomputed").inc()
+            metrics.labelled(metrics.tasks, "precomputed").inc()
             if pre.exit_code == 0:
                 return result
             return _error(task, attempt, result, exit_code=pre.exit_code, stderr=pre.stderr)
@@ -151,7 +151,7 @@ class TaskExecutor:
             log.exception("on_error raised; the task is skipped", task_id=task.task_id, error=str(exc))
             return ErrorAction.SKIP
         finally:
-            metrics.handler_duration.labels("on_error").observe(time.monotonic() - started)
+            metrics.labelled(metrics.handler_duration, "on_error").observe(time.monotonic() - started)
         if isinstance(decision, ErrorAction):
             return decision
         if isinstance(decision, list) and all(isinstance(t, ExecutorTask) for t in decision):

@@ -21,4 +21,4 @@ async def call_hook(
         log.exception(on_raise, hook=name, **context)
         return None, exc
     finally:
-        metrics.handler_duration.labels(name).observe(time.monotonic() - started)
+        metrics.labelled(metrics.handler_duration, name).observe(time.monotonic() - started)

@@ -71,14 +71,16 @@ class PartitionProcessor:
         self._loop_task: asyncio.Task | None = None
         self.inflight_tasks = 0
         self._label = str(partition)
+        self._consumed = metrics.messages_consumed.labels(self._label)
+        self._queue_size = metrics.queue_size.labels(self._label)
 
     # --- input -----------------------------------------------------------------------------
     def enqueue(self, messages: list[SourceMessage]) -> None:
         self._queue.extend(messages)
         self._settled.clear()
         self._arrived.set()
-        metrics.messages_consumed.labels(self._label).inc(len(messages))
-        metrics.queue_size.labels(self._label).set(len(self._queue))
+        self._consumed.inc(len(messages))
+        self._queue_size.set(len(self._queue))
 
     @property
     def load(self) -> int:
@@ -125,7 +127,7 @@ class PartitionProcessor:
                     break
         take = min(size, len(self._queue))
         window = [self._queue.popleft() for _ in range(take)]
-        metrics.queue_size.labels(self._label).set(len(self._queue))
+        self._queue_size.set(len(self._queue))
         return window
 
     # --- windows ---------------------------------------------------------------------------
@@ -154,7 +156,7 @@ class PartitionProcessor:
             await self._dead_letter_window(window, exc)
             return
         finally:
-            metrics.handler_duration.labels("arrange").observe(time.monotonic() - started)
+            metrics.labelled(metrics.handler_duration, "arrange").observe(time.monotonic() - started)
 
         runs = window.schedule(tasks)  # every group counts every task before any starts
         window.arranged = True
@@ -292,7 +294,7 @@ class PartitionProcessor:
                 self.on_fatal(exc)
                 return
             outcome = "empty" if group.is_empty else "succeeded" if group.all_succeeded else "failed" if group.succeeded == 0 else "partial"
-            metrics.messages_completed.labels(outcome).inc()
+            metrics.labelled(metrics.messages_completed, outcome).inc()
             events.emit(
                 "message_complete", partition=self.partition, offset=tracker.message.offset,
                 task_count=group.total, succeeded=group.succeeded, failed=group.failed, replaced=group.replaced,
@@ -361,4 +363,4 @@ class PartitionProcessor:
             await asyncio.gather(*tasks, return_exceptions=True)
         metrics.tasks_in_flight.dec(self.inflight_tasks)
         self.inflight_tasks = 0
-        metrics.queue_size.labels(self._label).set(0)
+        self._queue_size.set(0)

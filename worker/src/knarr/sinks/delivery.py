@@ -123,9 +123,9 @@ class SinkManager:
                     log.warning("sink delivery retries exhausted; dead-lettering", sink=sink.name, attempts=attempt)
                 await self.dead_letter(error, partition)
                 return
-            metrics.sink_deliveries.labels(*labels).inc()
-            metrics.sink_payloads.labels(*labels).inc(len(payloads))
-            metrics.sink_duration.labels(*labels).observe(time.monotonic() - started)
+            metrics.labelled(metrics.sink_deliveries, *labels).inc()
+            metrics.labelled(metrics.sink_payloads, *labels).inc(len(payloads))
+            metrics.labelled(metrics.sink_duration, *labels).observe(time.monotonic() - started)
             return
 
     async def _ask_handler(self, error: DeliveryError) -> DeliveryAction:
