@@ -27,12 +27,8 @@ class KafkaSink:
             raise SinkConnectError(f"kafka sink {self.name!r} (topic {self.config.topic!r}): {exc}") from None
 
     async def deliver(self, payloads: list[Any]) -> None:
-        futures = [
-            self._producer.produce(self.config.topic, p.data_json().encode(), key=p.key, headers=p.headers or None)
-            for p in payloads
-            if isinstance(p, KafkaPayload)
-        ]
-        await asyncio.gather(*futures)
+        records = [(p.data_json().encode(), p.key, p.headers or None) for p in payloads if isinstance(p, KafkaPayload)]
+        await self._producer.produce_all(self.config.topic, records)
 
     async def close(self) -> None:
         await asyncio.to_thread(self._producer.close)

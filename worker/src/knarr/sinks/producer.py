@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
+
+# One record: value, key, headers.
+Record = tuple[bytes, bytes | None, dict[str, str] | None]
 
 
 class AsyncProducer:
     """One librdkafka producer plus a thread serving its delivery callbacks.
 
     librdkafka batches messages from concurrent produce() calls on its own (linger.ms), so
-    many tasks delivering at once share network round trips.
+    many tasks delivering at once share network round trips. Delivery reports come back in
+    batches too, and are handed to the event loop a batch at a time: waking the loop once
+    per report cost about 10 us of worker CPU per record.
     """
 
     def __init__(self, conf: dict[str, Any]) -> None:
@@ -21,6 +27,7 @@ class AsyncProducer:
         self._producer: Producer | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._reports: deque[tuple[_Batch, KafkaError | None]] = deque()  # appended by delivery callbacks
 
     def connect(self, check_timeout: float = 10.0) -> None:
         errors: list[str] = []
@@ -38,21 +45,44 @@ class AsyncProducer:
         assert self._producer is not None
         while not self._stop.is_set():
             self._producer.poll(0.05)
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Pass the delivery reports collected so far to their event loops, one wake-up per loop."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Batch, KafkaError | None]]] = {}
+        while True:
+            try:
+                report = self._reports.popleft()
+            except IndexError:
+                break
+            by_loop.setdefault(report[0].future.get_loop(), []).append(report)
+        for loop, reports in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle, reports)
+            except RuntimeError:
+                pass  # the loop is closed: nobody is waiting any more
 
     def produce(self, topic: str, value: bytes, key: bytes | None = None, headers: dict[str, str] | None = None) -> asyncio.Future:
+        return self.produce_all(topic, [(value, key, headers)])
+
+    def produce_all(self, topic: str, records: list[Record]) -> asyncio.Future:
+        """Produce every record; the future resolves once all are delivered, or fails with the first error."""
         assert self._producer is not None, "connect() first"
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future = loop.create_future()
+        batch = _Batch(asyncio.get_running_loop().create_future(), len(records), self._reports)
+        if not records:
+            batch.future.set_result(None)
+        for value, key, headers in records:
+            self._produce(topic, value, key, headers, batch.report)
+        return batch.future
 
-        def on_delivery(err: KafkaError | None, msg: Any) -> None:
-            loop.call_soon_threadsafe(_settle, fut, err, msg)
-
+    def _produce(self, topic: str, value: bytes, key: bytes | None, headers: dict[str, str] | None, on_delivery: Any) -> None:
+        assert self._producer is not None
         while True:
             try:
                 self._producer.produce(
                     topic, value=value, key=key, headers=list(headers.items()) if headers else None, on_delivery=on_delivery
                 )
-                return fut
+                return
             except BufferError:
                 self._producer.poll(0.1)  # local queue full: let deliveries drain, then try again
 
@@ -62,14 +92,37 @@ class AsyncProducer:
         if self._thread is not None:
             self._thread.join(timeout=2)
         remaining = self._producer.flush(timeout) if self._producer is not None else 0
+        self._hand_over()
         self._producer = None
         return remaining
 
 
-def _settle(fut: asyncio.Future, err: KafkaError | None, msg: Any) -> None:
-    if fut.done():
-        return
-    if err is not None:
-        fut.set_exception(KafkaException(err))
-    else:
-        fut.set_result(msg)
+class _Batch:
+    """The records of one produce_all() call, and the future that settles when all are delivered."""
+
+    __slots__ = ("future", "remaining", "_reports")
+
+    def __init__(self, future: asyncio.Future, count: int, reports: deque) -> None:
+        self.future = future
+        self.remaining = count
+        self._reports = reports
+
+    def report(self, err: KafkaError | None, msg: Any) -> None:
+        """librdkafka's delivery callback, on whichever thread serves it: queue the report for the loop."""
+        self._reports.append((self, err))
+
+    def settle(self, err: KafkaError | None) -> None:
+        """On the event loop: count one delivery; the first error fails the whole batch."""
+        if self.future.done():
+            return
+        if err is not None:
+            self.future.set_exception(KafkaException(err))
+            return
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.future.set_result(None)
+
+
+def _settle(reports: list[tuple[_Batch, KafkaError | None]]) -> None:
+    for batch, err in reports:
+        batch.settle(err)
