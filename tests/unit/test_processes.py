@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 
 import pytest
@@ -73,19 +74,44 @@ def _alive_with(marker: str) -> list[int]:
     return pids
 
 
+def _condemned(pid: int) -> bool:
+    """Gone, a zombie, or already sent SIGKILL: it will never run another instruction of its own."""
+    try:
+        with open(f"/proc/{pid}/stat") as st:
+            if st.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                return True
+        with open(f"/proc/{pid}/status") as status:
+            pending = [int(line.split()[1], 16) for line in status if line.startswith(("SigPnd", "ShdPnd"))]
+    except (OSError, IndexError):
+        return True
+    return any(mask & (1 << (signal.SIGKILL - 1)) for mask in pending)
+
+
+async def _assert_nothing_survives(marker: str) -> None:
+    """Stragglers are SIGKILLed before run_process returns; the kernel finishes them a moment later."""
+    import asyncio
+
+    assert all(_condemned(pid) for pid in _alive_with(marker))
+    for _ in range(200):
+        if not _alive_with(marker):
+            return
+        await asyncio.sleep(0.01)
+    assert _alive_with(marker) == []
+
+
 async def test_the_deadline_kills_the_whole_process_group():
     marker = f"31.{uuid.uuid4().int % 10**6:06d}"
     out = await run_process([BEHAVE, f"spawn={marker}", f"sleep={marker}"], stdin=None, env=None, timeout=0.5)
     assert out.timed_out and out.exit_code == -1
     assert "timed out after 0.5s" in out.stderr
-    assert _alive_with(marker) == []
+    await _assert_nothing_survives(marker)
 
 
 async def test_background_children_do_not_outlive_a_task_that_exits_normally():
     marker = f"32.{uuid.uuid4().int % 10**6:06d}"
     out = await run_process([BEHAVE, f"spawn={marker}", "out=done"], stdin=None, env=None, timeout=5)
     assert out.exit_code == 0 and "done" in out.stdout
-    assert _alive_with(marker) == []
+    await _assert_nothing_survives(marker)
 
 
 async def test_cancelling_the_run_kills_the_process_group():
@@ -105,3 +131,96 @@ async def test_cancelling_the_run_kills_the_process_group():
             break
         await asyncio.sleep(0.02)
     assert _alive_with(marker) == []
+
+
+async def test_five_megabytes_of_stdout_are_read_completely():
+    out = await run_process(["head", "-c", "5000000", "/dev/zero"], stdin=None, env=None, timeout=10)
+    assert out.exit_code == 0
+    assert len(out.stdout) == 5_000_000 and out.stdout == "\0" * 5_000_000
+
+
+async def test_stdin_round_trips_through_cat_including_non_ascii_text():
+    text = "héllo\nwörld ✓\n"
+    out = await run_process(["cat"], stdin=text, env=None, timeout=10)
+    assert (out.exit_code, out.stdout, out.stderr) == (0, text, "")
+
+
+async def test_several_megabytes_of_stdin_reach_the_process_in_order():
+    text = "".join(f"{i:07d}\n" for i in range(1_000_000))  # 8 MB, every line distinct
+    out = await run_process(["cat"], stdin=text, env=None, timeout=20)
+    assert out.exit_code == 0 and out.stdout == text
+
+
+async def test_empty_stdin_reads_as_end_of_file():
+    out = await run_process(["wc", "-c"], stdin="", env=None, timeout=10)
+    assert out.stdout.strip() == "0"
+
+
+async def test_without_stdin_the_process_reads_dev_null():
+    out = await run_process(["wc", "-c"], stdin=None, env=None, timeout=10)
+    assert out.exit_code == 0 and out.stdout.strip() == "0"
+
+
+async def test_stderr_is_captured_separately_from_stdout():
+    out = await run_process(["sh", "-c", "echo to-out; echo to-err >&2; echo more-out"], stdin=None, env=None, timeout=10)
+    assert out.stdout == "to-out\nmore-out\n"
+    assert out.stderr == "to-err\n"
+
+
+async def test_output_that_is_not_utf8_is_decoded_with_replacement_characters():
+    out = await run_process(["printf", "a\\377b"], stdin=None, env=None, timeout=10)
+    assert out.stdout == "a\ufffdb"
+
+
+async def test_the_deadline_kills_a_backgrounded_grandchild_and_leaves_no_process_behind():
+    marker = f"34.{uuid.uuid4().int % 10**6:06d}"
+    out = await run_process(["sh", "-c", f"sleep {marker} & sleep {marker}"], stdin=None, env=None, timeout=0.5)
+    assert out.timed_out and out.exit_code == -1
+    assert out.stderr == "task timed out after 0.5s; its process group was killed"
+    assert out.duration_seconds < 5
+    await _assert_nothing_survives(marker)
+    with pytest.raises(ChildProcessError):  # the direct child was reaped, not left a zombie
+        os.waitpid(out.pid, os.WNOHANG)
+
+
+async def test_output_written_before_the_deadline_is_kept():
+    out = await run_process(["sh", "-c", "echo partial; exec sleep 30"], stdin=None, env=None, timeout=0.5)
+    assert out.timed_out and out.stdout == "partial\n"
+
+
+async def test_cancelling_the_run_reaps_the_child_before_the_cancellation_returns():
+    import asyncio
+
+    marker = f"35.{uuid.uuid4().int % 10**6:06d}"
+    task = asyncio.create_task(run_process(["sleep", marker], stdin=None, env=None, timeout=60))
+    for _ in range(100):
+        if pids := _alive_with(marker):
+            break
+        await asyncio.sleep(0.02)
+    assert len(pids) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with pytest.raises(ChildProcessError):  # already reaped: no zombie waiting for a later callback
+        os.waitpid(pids[0], os.WNOHANG)
+    assert _alive_with(marker) == []
+
+
+async def test_no_descriptor_is_left_open_whatever_the_outcome(tmp_path):
+    import asyncio
+
+    def open_fds() -> set[str]:
+        return set(os.listdir("/proc/self/fd"))
+
+    await run_process(["true"], stdin=None, env=None, timeout=10)  # let the loop open whatever it keeps
+    before = open_fds()
+    await run_process(["cat"], stdin="some input\n", env=None, timeout=10)
+    await run_process(["sh", "-c", "echo x >&2; exit 3"], stdin=None, env=None, timeout=10)
+    await run_process(["sleep", "30"], stdin="unread", env=None, timeout=0.2)
+    await run_process(["/no/such/tool"], stdin="unread", env=None, timeout=10)
+    task = asyncio.create_task(run_process(["sleep", "30"], stdin="unread", env=None, timeout=60))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert open_fds() == before
