@@ -8,6 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# What json.dumps(data, default=str, separators=(",", ":")) builds on every call, made once.
+_JSON = json.JSONEncoder(default=str, separators=(",", ":"))
+
 
 class _Payload(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -21,7 +24,7 @@ class _Payload(BaseModel):
             return self.data.model_dump_json()
         if isinstance(self.data, (bytes, bytearray)):
             return self.data.decode()
-        return json.dumps(self.data, default=str, separators=(",", ":"))
+        return _JSON.encode(self.data)
 
     def data_dict(self) -> Any:
         if isinstance(self.data, BaseModel):

@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 _counter = itertools.count()
 _prefix_salt = f"{os.getpid():x}{int(time.time() * 1000) % 0xFFFFFF:06x}"
@@ -48,12 +48,6 @@ class ExecutorTask(BaseModel):
     not_before: float | None = Field(None, description="Unix time before which the task must not start.")
     expires_at: float | None = Field(None, description="Unix time after which a task that has not started is dropped as expired.")
     max_attempts: int | None = Field(None, ge=1)
-
-    @model_validator(mode="after")
-    def _args_are_strings(self) -> ExecutorTask:
-        if any(not isinstance(a, str) for a in self.args):
-            raise ValueError("ExecutorTask.args must be a list of strings")
-        return self
 
 
 class ExecutorResult(BaseModel):

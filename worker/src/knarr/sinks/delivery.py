@@ -44,6 +44,7 @@ class SinkManager:
         self._names: dict[str, list[str]] = {}
         for sink_type, name in self.sinks:
             self._names.setdefault(sink_type, []).append(name)
+        self._resolved: dict[tuple[str, str], tuple[str, str]] = {}
         self.dlq = dlq
         self.handler = handler
         self.max_retries = max_retries
@@ -79,9 +80,17 @@ class SinkManager:
         grouped: dict[tuple[str, str], list[Any]] = {}
         for sink_type, payloads in collect.by_sink_type():
             for payload in payloads:
-                name = resolve_sink(sink_type, payload.sink, self._names.get(sink_type, ()))
-                grouped.setdefault((sink_type, name), []).append(payload)
+                grouped.setdefault(self._resolve(sink_type, payload.sink), []).append(payload)
         return [(self.sinks[key], payloads) for key, payloads in grouped.items()]
+
+    def _resolve(self, sink_type: str, requested: str) -> tuple[str, str]:
+        """The configured sink a payload names. The sinks never change, so a resolution is
+        remembered (resolve_sink sorts the names on every call, a few us per payload)."""
+        key = (sink_type, requested)
+        found = self._resolved.get(key)
+        if found is None:
+            found = self._resolved[key] = (sink_type, resolve_sink(sink_type, requested, self._names.get(sink_type, ())))
+        return found
 
     async def deliver(self, collect: CollectResult | None, partition: int | None) -> int:
         """Deliver everything in ``collect``; returns how many payloads went out (to sinks or DLQ)."""
