@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import deque
 from typing import Any
 
@@ -13,20 +12,24 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 Record = tuple[bytes, bytes | None, dict[str, str] | None]
 
 
+# How often the event loop serves delivery reports while records are outstanding.
+REPORT_POLL_SECONDS = 0.002
+
+
 class AsyncProducer:
-    """One librdkafka producer plus a thread serving its delivery callbacks.
+    """One librdkafka producer whose delivery reports are served on the event loop.
 
     librdkafka batches messages from concurrent produce() calls on its own (linger.ms), so
-    many tasks delivering at once share network round trips. Delivery reports come back in
-    batches too, and are handed to the event loop a batch at a time: waking the loop once
-    per report cost about 10 us of worker CPU per record.
+    many tasks delivering at once share network round trips. While records are outstanding
+    the loop polls the producer (without blocking) every REPORT_POLL_SECONDS. A thread
+    serving the reports instead had to take the GIL from the busy loop for every single
+    report, and wake the loop for every batch.
     """
 
     def __init__(self, conf: dict[str, Any]) -> None:
         self._conf = {"linger.ms": 5, "enable.idempotence": True, "acks": "all", **conf}
         self._producer: Producer | None = None
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._polling: asyncio.AbstractEventLoop | None = None  # the loop a report poll is scheduled on
         self._reports: deque[tuple[_Batch, KafkaError | None]] = deque()  # appended by delivery callbacks
 
     def connect(self, check_timeout: float = 10.0) -> None:
@@ -38,23 +41,35 @@ class AsyncProducer:
         except KafkaException as exc:
             detail = errors[-1] if errors else str(exc)
             raise ConnectionError(f"cannot reach Kafka at {self._conf.get('bootstrap.servers')!r}: {detail}") from None
-        self._thread = threading.Thread(target=self._serve, name="knarr-producer", daemon=True)
-        self._thread.start()
 
-    def _serve(self) -> None:
-        assert self._producer is not None
-        while not self._stop.is_set():
-            self._producer.poll(0.05)
-            self._hand_over()
+    def _poll_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._polling is not loop:  # (a poll left on a loop that has closed since never runs)
+            self._polling = loop
+            loop.call_later(REPORT_POLL_SECONDS, self._poll_on_loop, loop)
 
-    def _hand_over(self) -> None:
-        """Pass the delivery reports collected so far to their event loops, one wake-up per loop."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Batch, KafkaError | None]]] = {}
+    def _poll_on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the event loop: serve the delivery reports that are ready, and come back while any are due."""
+        self._polling = None
+        producer = self._producer
+        if producer is None:
+            return  # closed
+        producer.poll(0)
+        _settle(self._take_reports())
+        if len(producer):
+            self._poll_soon(loop)
+
+    def _take_reports(self) -> list[tuple[_Batch, KafkaError | None]]:
+        reports = []
         while True:
             try:
-                report = self._reports.popleft()
+                reports.append(self._reports.popleft())
             except IndexError:
-                break
+                return reports
+
+    def _hand_over(self) -> None:
+        """Pass reports served off the loop (by close()'s flush, in a worker thread) to their loops."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Batch, KafkaError | None]]] = {}
+        for report in self._take_reports():
             by_loop.setdefault(report[0].future.get_loop(), []).append(report)
         for loop, reports in by_loop.items():
             try:
@@ -68,11 +83,13 @@ class AsyncProducer:
     def produce_all(self, topic: str, records: list[Record]) -> asyncio.Future:
         """Produce every record; the future resolves once all are delivered, or fails with the first error."""
         assert self._producer is not None, "connect() first"
-        batch = _Batch(asyncio.get_running_loop().create_future(), len(records), self._reports)
+        loop = asyncio.get_running_loop()
+        batch = _Batch(loop.create_future(), len(records), self._reports)
         if not records:
             batch.future.set_result(None)
         for value, key, headers in records:
             self._produce(topic, value, key, headers, batch.report)
+        self._poll_soon(loop)
         return batch.future
 
     def _produce(self, topic: str, value: bytes, key: bytes | None, headers: dict[str, str] | None, on_delivery: Any) -> None:
@@ -88,9 +105,6 @@ class AsyncProducer:
 
     def close(self, timeout: float = 10.0) -> int:
         """Flush and stop; returns how many messages were still undelivered."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
         remaining = self._producer.flush(timeout) if self._producer is not None else 0
         self._hand_over()
         self._producer = None
