@@ -60,6 +60,7 @@ class BacklogRun:
     committed: dict[int, int] = field(default_factory=dict)
     ends: dict[int, int] = field(default_factory=dict)
     distinct_outputs: int = 0
+    final_backpressure: float | None = None  # the gauge once every offset was committed
 
     def rss_after(self, completed: int) -> int:
         return next(s.rss_kb for s in self.samples if s.completed >= completed)
@@ -106,6 +107,7 @@ def backlog_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) 
             lambda: (c := committed_offsets(kafka_bootstrap, group, topic)) and c == run.ends and c,
             60, "the worker to commit the end of every partition",
         )
+        run.final_backpressure = worker.metrics().get("knarr_backpressure_active")
         run.exit_code = worker.terminate()
         for event in worker.log_events():
             if event.get("event", "").startswith("backpressure on"):
@@ -132,7 +134,10 @@ def test_the_worker_starts_behind_a_full_backlog(backlog_run: BacklogRun) -> Non
 def test_consumption_pauses_and_resumes_again_and_again(backlog_run: BacklogRun) -> None:
     assert len(backlog_run.pauses) >= 10
     assert len(backlog_run.resumes) >= 10
-    assert {s.paused for s in backlog_run.samples} >= {0.0, 1.0}, "knarr_backpressure_active should toggle too"
+    # Holds last ~100 ms here, shorter than the sampling period, so the log lines above count
+    # the toggles; the gauge must be off once the backlog is done (tests/worker/
+    # test_flow_control.py watches it switch on during a long fan-out flood).
+    assert backlog_run.final_backpressure == 0.0, "knarr_backpressure_active stayed on after the backlog"
 
 
 def test_pausing_starts_only_at_the_high_watermark(backlog_run: BacklogRun) -> None:

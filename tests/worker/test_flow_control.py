@@ -40,6 +40,7 @@ async def test_a_partition_flooded_by_fan_out_does_not_hold_back_the_others(kafk
                          30, "the flood's first task outputs")
         await wait_until(lambda: REGISTRY.get_sample_value("knarr_partitions_paused") == 1, 10,
                          "the flooded partition to be paused at the client")
+        assert REGISTRY.get_sample_value("knarr_backpressure_active") == 1
 
         produce_json(kafka_bootstrap, src, [{"request_id": f"trickle-{i}"} for i in range(3)], partition=1)
         seen = await wait_until(
@@ -57,3 +58,5 @@ async def test_a_partition_flooded_by_fan_out_does_not_hold_back_the_others(kafk
                                      for x in outputs(kafka_bootstrap, out)), 60, "the flood to finish")
         await wait_until(lambda: REGISTRY.get_sample_value("knarr_partitions_paused") == 0, 10,
                          "the drained partition to be resumed")
+        await wait_until(lambda: REGISTRY.get_sample_value("knarr_backpressure_active") == 0, 10,
+                         "backpressure to switch off")

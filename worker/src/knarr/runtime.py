@@ -7,6 +7,7 @@ assignment and revocation, then shutdown.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import time
@@ -94,6 +95,9 @@ class Worker:
             await self._close_outputs()
             raise
         self._ready = True
+        # Everything built so far (modules, config, clients) lives as long as the worker: keep
+        # it out of the garbage collector's scans, which otherwise cost ~10 us per task.
+        gc.freeze()
         self.log.info("worker started", topic=self.source.topic, max_executors=cfg.executor.max_executors)
         await self._poll_loop()
         return await self._shutdown()
