@@ -107,9 +107,14 @@ def test_creating_a_pipeline_creates_its_children_owned_by_it(api, operator, ns,
     container = found["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     assert container["command"][-1] == "search.handler:SearchHandler"
     assert found["Deployment"]["spec"]["replicas"] == 1
-    body = wait_for(lambda: (b := pipeline(api, ns, "search")).get("status", {}).get("observedGeneration") and b, 30, "status")
+    # A broker read that times out on a loaded machine shows as Degraded until the next resync
+    # (1 s here) reads the lag again: wait for the settled status, not the first one.
+    body = wait_for(
+        lambda: (b := pipeline(api, ns, "search")).get("status", {}).get("observedGeneration")
+        and condition(b, "Degraded").get("status") == "False" and b,
+        30, "a status with Degraded=False",
+    )
     assert condition(body, "Ready")["status"] == "False"  # no kubelet here: pods never become ready
-    assert condition(body, "Degraded")["status"] == "False"
     assert body["status"]["lag"] == 0
 
 
