@@ -52,7 +52,7 @@ def run_chunk(chunk: Chunk, messages: list[SourceMessage], job: ChunkJob, attemp
     last attempt the failure is returned instead, so the other chunks' results still arrive.
     """
     started = time.monotonic()
-    result = ChunkResult(chunk.index, chunk.partition, chunk.start, chunk.end, attempt=attempt)
+    result = ChunkResult(index=chunk.index, partition=chunk.partition, start=chunk.start, end=chunk.end, attempt=attempt)
     try:
         worker = Worker(config_from_dict(job.config), load_handler_class(job.handler)(), source=MemorySource(messages))
         code = asyncio.run(worker.run()) if messages else 0

@@ -12,9 +12,10 @@ from knarr.engine.stats import RunStats
 COUNTS = tuple(RunStats.__dataclass_fields__)
 
 
-@dataclass
-class ChunkResult:
-    """One chunk's outcome, sent from its Spark task back to the driver (as a dict)."""
+@dataclass(kw_only=True)
+class ChunkResult(RunStats):
+    """One chunk's outcome, sent from its Spark task back to the driver (as a dict): where it
+    was, how it went, and the worker's own counts (the RunStats fields it inherits)."""
 
     index: int
     partition: int
@@ -25,14 +26,6 @@ class ChunkResult:
     attempt: int = 1  # which Spark attempt produced this result (1: first try)
     duration_seconds: float = 0.0  # the in-task worker's run
     read_seconds: float = 0.0  # reading the chunk (Kafka) before it
-    messages: int = 0
-    empty_messages: int = 0
-    tasks: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    replaced: int = 0
-    dead_lettered: int = 0
-    outputs: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
