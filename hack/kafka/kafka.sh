@@ -16,6 +16,9 @@
 #        checkouts; Maven's own repo stays at ~/.m2).
 # State: <repo>/.cache/kafka/ (gitignored): data/, server.properties,
 #        log4j2.properties, broker.pid, broker.log, bootstrap.
+#        KNARR_KAFKA_STATE_DIR names another state directory: a second,
+#        independent broker (fault tests stop and slow their own broker, never
+#        the one the rest of the suite shares).
 #
 # Tunables (env): KAFKA_START_TIMEOUT (s, default 60), KAFKA_STOP_TIMEOUT
 # (s, default 30), KAFKA_HEAP_OPTS (default -Xms256m -Xmx512m), JAVA_HOME.
@@ -25,7 +28,7 @@ SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd)
 POM=$SCRIPT_DIR/pom.xml
 
-STATE_DIR=$ROOT/.cache/kafka
+STATE_DIR=${KNARR_KAFKA_STATE_DIR:-$ROOT/.cache/kafka}
 DATA_DIR=$STATE_DIR/data
 PROPS=$STATE_DIR/server.properties
 LOG4J_CONF=$STATE_DIR/log4j2.properties
