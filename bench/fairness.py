@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO_ROOT))  # for tests.services.kafka (broker start and
 import knarr  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.runtime import Worker  # noqa: E402
-from confluent_kafka import Producer  # noqa: E402
+from knarr.kafka.clients import close_producer, open_producer  # noqa: E402
 
 from tests.services.kafka import create_topic, ensure_kafka, produce_json, unique_name  # noqa: E402
 
@@ -107,14 +107,17 @@ def trickle(bootstrap: str, topic: str, count: int, interval: float) -> None:
     One connected producer, flushed per message: the CreateTime stamped at produce() is then
     within a millisecond or two of the message reaching the broker.
     """
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1})
-    producer.list_topics(topic, timeout=10)  # connect before the clock starts
-    next_at = time.monotonic()
-    for i in range(count):
-        producer.produce(topic, value=json.dumps({"i": i}).encode(), partition=TRICKLE)
-        producer.flush(10)
-        next_at += interval
-        time.sleep(max(0.0, next_at - time.monotonic()))  # pacing: this is the arrival rate under test
+    producer = open_producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1})
+    try:
+        producer.list_topics(topic, timeout=10)  # connect before the clock starts
+        next_at = time.monotonic()
+        for i in range(count):
+            producer.produce(topic, value=json.dumps({"i": i}).encode(), partition=TRICKLE)
+            producer.flush(10)
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))  # pacing: this is the arrival rate under test
+    finally:
+        close_producer(producer)
 
 
 async def wait_for(predicate, timeout: float, what: str) -> None:

@@ -7,7 +7,8 @@ import time
 
 import pytest
 from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient
+from knarr.kafka import settings
+from knarr.kafka.clients import shared_admin
 
 from tests.services.kafka import (
     REPO_ROOT,
@@ -30,7 +31,7 @@ def test_broker_answers_metadata(kafka_bootstrap: str) -> None:
     assert host == "127.0.0.1" and port.isdigit()
     assert (STATE_DIR / "bootstrap").read_text().strip() == kafka_bootstrap
 
-    md = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10)
+    md = shared_admin(settings.connection(kafka_bootstrap)).list_topics(timeout=10)
     assert [b.id for b in md.brokers.values()] == [1]
     assert md.controller_id == 1
 
@@ -48,7 +49,7 @@ def test_three_partition_topic_round_trip(kafka_bootstrap: str) -> None:
     topic = unique_name("svc-roundtrip")
     create_topic(kafka_bootstrap, topic, partitions=3)
 
-    md = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(topic=topic, timeout=10)
+    md = shared_admin(settings.connection(kafka_bootstrap)).list_topics(topic=topic, timeout=10)
     parts = md.topics[topic].partitions
     assert sorted(parts) == [0, 1, 2]
     assert all(p.leader == 1 for p in parts.values())

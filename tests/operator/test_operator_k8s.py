@@ -7,8 +7,10 @@ import secrets
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from kubernetes.dynamic.exceptions import UnprocessibleEntityError
+
+from knarr.kafka.clients import close_consumer, open_consumer
 
 from tests.operator.cluster_helpers import (
     apps,
@@ -62,11 +64,11 @@ def children(api, ns: str, name: str) -> dict[str, dict[str, Any] | None]:
 
 def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
     """Commit offsets for a group that has no running consumer."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = open_consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
         consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
     finally:
-        consumer.close()
+        close_consumer(consumer)
 
 
 def test_an_invalid_pipeline_is_rejected_by_the_api_server_naming_the_field(api, ns):

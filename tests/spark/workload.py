@@ -90,12 +90,12 @@ async def run_streaming_until(config_data: dict[str, Any], summaries: Path, expe
 
 def produce_at(bootstrap: str, topic: str, records: list[dict[str, Any]], timestamp_ms: int) -> None:
     """Produce ``records`` keyed by request id, all stamped with ``timestamp_ms`` (CreateTime)."""
-    from confluent_kafka import Producer
+    from knarr.kafka.clients import close_producer, open_producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    producer = open_producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
     errors: list[str] = []
     for record in records:
         producer.produce(topic, json.dumps(record).encode(), key=str(record.get("request_id", "")).encode(),
                          timestamp=timestamp_ms, on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
-    assert producer.flush(30) == 0, "records not delivered within 30s"
+    assert close_producer(producer, flush_timeout=30) == 0, "records not delivered within 30s"
     assert not errors, errors

@@ -21,7 +21,7 @@ from knarr_operator.backfills import FINISHED, plan_backfills
 from knarr_operator.cluster import Cluster, load_client
 from knarr_operator.conditions import Observation, conditions, merge_transition_times
 from knarr_operator.crd import GROUP, PLURAL, VERSION
-from knarr_operator.lag import KafkaUnreachable, consumer_lag
+from knarr_operator.lag import KafkaUnreachable, LagReaders
 from knarr_operator.manifests import PipelineRef, render_children
 from knarr_operator.manifests.meta import PIPELINE_LABEL
 from knarr_operator.scaling import clamp_for_spec, decide
@@ -32,6 +32,7 @@ RESYNC_SECONDS = float(os.environ.get("KNARR_OPERATOR_RESYNC_SECONDS", "15"))
 SPARK = ("sparkoperator.k8s.io/v1beta2", "SparkApplication")
 
 _cluster: Cluster | None = None
+_lag_readers = LagReaders()
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -60,6 +61,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.execution.max_workers = 8
 
 
+@kopf.on.cleanup()
+def close_clients(**_: Any) -> None:
+    _lag_readers.close()
+
+
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """In a pod: the service account; elsewhere: $KUBECONFIG / ~/.kube/config (as kubectl)."""
@@ -76,6 +82,11 @@ def on_change(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
 def on_resync(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     sync(body, patch)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+def on_delete(body: kopf.Body, **_: Any) -> None:
+    _lag_readers.forget(body["metadata"]["uid"])
 
 
 def sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
@@ -114,7 +125,7 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
     kafka = config.validated.kafka
     kafka_error = None
     try:
-        lag = consumer_lag(kafka.brokers, kafka.consumer_group, kafka.source_topic, kafka.extra)
+        lag = _lag_readers.lag(ref.uid, kafka.brokers, kafka.consumer_group, kafka.source_topic, kafka.extra)
         new_status.update(lag=lag.total, partitions=lag.partitions)
     except KafkaUnreachable as exc:
         kafka_error = str(exc)

@@ -17,6 +17,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from knarr.api.messages import SourceMessage
 from knarr.config.models import KafkaConfig
+from knarr.kafka import settings
+from knarr.kafka.clients import ErrorLog, close_consumer, open_consumer
 from knarr_spark.planning import Chunk
 
 METADATA_TIMEOUT_SECONDS = 15.0
@@ -28,27 +30,14 @@ class KafkaReadError(ConnectionError):
     pass
 
 
-def consumer_settings(kafka: KafkaConfig) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": kafka.brokers,
-        # librdkafka wants a group id; nothing is ever committed or subscribed under it.
-        "group.id": f"{kafka.consumer_group}-backfill",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": True,
-        "auto.offset.reset": "error",
-        **kafka.extra,
-    }
-
-
 def _consumer(kafka: KafkaConfig) -> Consumer:
-    errors: list[str] = []
-    consumer = Consumer({**consumer_settings(kafka), "error_cb": lambda e: errors.append(str(e))})
+    errors = ErrorLog()
+    consumer = open_consumer(settings.range_reader(kafka), errors)
     try:
         consumer.list_topics(timeout=METADATA_TIMEOUT_SECONDS)
     except KafkaException as exc:
-        consumer.close()
-        raise KafkaReadError(f"cannot reach Kafka at {kafka.brokers!r}: {errors[-1] if errors else exc}; "
+        close_consumer(consumer)
+        raise KafkaReadError(f"cannot reach Kafka at {kafka.brokers!r}: {errors.last(exc)}; "
                              "check kafka.brokers in the config") from None
     return consumer
 
@@ -65,7 +54,7 @@ def watermarks(kafka: KafkaConfig) -> dict[int, tuple[int, int]]:
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=METADATA_TIMEOUT_SECONDS)
                 for p in sorted(meta.partitions)}
     finally:
-        consumer.close()
+        close_consumer(consumer)
 
 
 def offsets_for_time(kafka: KafkaConfig, partitions: list[int], millis: int) -> dict[int, int]:
@@ -81,7 +70,7 @@ def offsets_for_time(kafka: KafkaConfig, partitions: list[int], millis: int) -> 
             out[tp.partition] = tp.offset
         return out
     finally:
-        consumer.close()
+        close_consumer(consumer)
 
 
 def read_chunk(kafka: KafkaConfig, chunk: Chunk) -> list[SourceMessage]:
@@ -119,7 +108,7 @@ def read_chunk(kafka: KafkaConfig, chunk: Chunk) -> list[SourceMessage]:
                 raise KafkaReadError(f"reading {chunk.label} of {topic!r}: no progress for {STALL_TIMEOUT_SECONDS:.0f}s "
                                      f"(read {len(out)} of up to {chunk.size} messages)")
     finally:
-        consumer.close()
+        close_consumer(consumer)
 
 
 def _position(consumer: Consumer, topic: str, partition: int) -> int:

@@ -21,6 +21,7 @@ from knarr.engine.processes import seal_inherited_fds
 from knarr.engine.processor import PartitionProcessor
 from knarr.engine.scheduling import SlotScheduler
 from knarr.engine.stats import RunStats
+from knarr.kafka import settings
 from knarr.observability import metrics
 from knarr.observability.health import HealthServer
 from knarr.observability.logging import configure_logging, get_logger
@@ -99,14 +100,17 @@ class Worker:
         # it out of the garbage collector's scans, which otherwise cost ~10 us per task.
         gc.freeze()
         self.log.info("worker started", topic=self.source.topic, max_executors=cfg.executor.max_executors)
-        await self._poll_loop()
+        try:
+            await self._poll_loop()
+        except Exception as exc:  # a bug or a client failure: stop, but still close every client in order
+            self.fail(exc)
         return await self._shutdown()
 
     def _build_dlq(self) -> Any:
         cfg = self.config
         if cfg.dlq.path:
             return FileDeadLetterQueue(cfg.dlq.path, cfg.kafka.source_topic)
-        return DeadLetterQueue(cfg.dlq_topic, cfg.dlq_brokers, cfg.kafka.source_topic)
+        return DeadLetterQueue(cfg.dlq_topic, settings.producer(cfg.kafka, cfg.dlq.brokers, cfg.dlq.extra), cfg.kafka.source_topic)
 
     def _build_source(self) -> Source:
         cfg = self.config

@@ -29,7 +29,7 @@ class KafkaConfig(Section):
     heartbeat_interval_ms: int = Field(3_000, ge=100, description="Heartbeat interval to the group coordinator.")
     extra: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
-        description="Extra librdkafka consumer properties (e.g. security.protocol, sasl.*), passed through as given.",
+        description="Extra librdkafka consumer properties (e.g. security.protocol, sasl.*), passed through as given; the connection ones (security.*, sasl.*, ssl.*, socket.*, …) also reach every producer, Spark reader and the operator's lag reader.",
     )
 
     @model_validator(mode="after")
@@ -84,7 +84,7 @@ class SinkBase(Section):
 class KafkaSinkConfig(SinkBase):
     topic: str = Field(..., min_length=1, description="Topic to produce to.")
     brokers: str = Field("", description="Bootstrap servers; empty inherits kafka.brokers.")
-    extra: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Extra librdkafka producer properties.")
+    extra: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Extra librdkafka producer properties, applied after the connection settings (security.*, sasl.*, ssl.*) it takes from kafka.extra.")
 
 
 class PostgresSinkConfig(SinkBase):
@@ -154,6 +154,10 @@ class SinksConfig(Section):
 class DlqConfig(Section):
     topic: str = Field("", description="Dead-letter topic; empty means '{kafka.source_topic}_dlq'.")
     brokers: str = Field("", description="Dead-letter brokers; empty inherits kafka.brokers.")
+    extra: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Extra librdkafka producer properties for the dead-letter producer, applied after the connection settings (security.*, sasl.*, ssl.*) it takes from kafka.extra.",
+    )
     path: str = Field("", description="Write dead letters as JSON Lines to this file instead of a topic (used with the local source).")
 
 

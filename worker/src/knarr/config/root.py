@@ -66,10 +66,6 @@ class KnarrConfig(BaseSettings):
     def dlq_topic(self) -> str:
         return self.dlq.topic or f"{self.kafka.source_topic}_dlq"
 
-    @property
-    def dlq_brokers(self) -> str:
-        return self.dlq.brokers or self.kafka.brokers
-
     @classmethod
     def settings_customise_sources(
         cls,

@@ -8,16 +8,17 @@ import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
 from knarr.config.loading import config_from_dict
+from knarr.kafka import settings
+from knarr.kafka.clients import close_consumer, close_producer, open_consumer, open_producer, shared_admin
 from knarr.demo.handler import SearchHandler
 from knarr.runtime import Worker
 
 
 def _ensure_topics(bootstrap: str, names: dict[str, int]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = shared_admin(settings.connection(bootstrap))
     existing = set(admin.list_topics(timeout=10).topics)
     new = [NewTopic(n, num_partitions=p, replication_factor=1) for n, p in names.items() if n not in existing]
     for fut in admin.create_topics(new).values() if new else []:
@@ -25,24 +26,26 @@ def _ensure_topics(bootstrap: str, names: dict[str, int]) -> None:
 
 
 def _produce(bootstrap: str, topic: str, lines: list[bytes]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = open_producer(settings.connection(bootstrap))
     for i, line in enumerate(lines):
         producer.produce(topic, line, key=str(i).encode())
-    if producer.flush(30):
+    if close_producer(producer, flush_timeout=30):
         raise RuntimeError(f"could not produce the demo requests to {topic!r}")
 
 
 def _read(bootstrap: str, topic: str, expected: int, timeout: float) -> list[dict]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"knarr-demo-reader-{uuid.uuid4().hex[:6]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
+    consumer = open_consumer({**settings.connection(bootstrap), "group.id": f"knarr-demo-reader-{uuid.uuid4().hex[:6]}",
+                              "auto.offset.reset": "earliest", "enable.auto.commit": False})
     rows: list[dict] = []
-    deadline = time.monotonic() + timeout
-    while len(rows) < expected and time.monotonic() < deadline:
-        msg = consumer.poll(0.2)
-        if msg is not None and msg.error() is None:
-            rows.append(json.loads(msg.value()))
-    consumer.close()
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while len(rows) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                rows.append(json.loads(msg.value()))
+    finally:
+        close_consumer(consumer)
     return rows
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from knarr.api.payloads import DeliveryError
+from knarr.kafka.settings import Settings
 from knarr.sinks.base import SinkConnectError
 from knarr.sinks.producer import AsyncProducer
 
@@ -42,11 +43,11 @@ def _payload_json(payload: Any) -> str:
 
 
 class DeadLetterQueue:
-    def __init__(self, topic: str, brokers: str, source_topic: str) -> None:
+    def __init__(self, topic: str, producer_settings: Settings, source_topic: str) -> None:
         self.topic = topic
-        self.brokers = brokers
+        self.brokers = producer_settings["bootstrap.servers"]
         self.source_topic = source_topic
-        self._producer = AsyncProducer({"bootstrap.servers": brokers})
+        self._producer = AsyncProducer(producer_settings)
 
     async def connect(self) -> None:
         try:

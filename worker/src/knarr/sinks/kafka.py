@@ -6,7 +6,8 @@ import asyncio
 from typing import Any
 
 from knarr.api.payloads import KafkaPayload
-from knarr.config.models import KafkaSinkConfig
+from knarr.config.models import KafkaConfig, KafkaSinkConfig
+from knarr.kafka import settings
 from knarr.sinks.base import SinkConnectError
 from knarr.sinks.producer import AsyncProducer
 
@@ -14,11 +15,11 @@ from knarr.sinks.producer import AsyncProducer
 class KafkaSink:
     sink_type = "kafka"
 
-    def __init__(self, name: str, config: KafkaSinkConfig, default_brokers: str) -> None:
+    def __init__(self, name: str, config: KafkaSinkConfig, kafka: KafkaConfig) -> None:
         self.name = name
         self.config = config
-        self.brokers = config.brokers or default_brokers
-        self._producer = AsyncProducer({"bootstrap.servers": self.brokers, **config.extra})
+        self.brokers = config.brokers or kafka.brokers
+        self._producer = AsyncProducer(settings.producer(kafka, config.brokers, config.extra))
 
     async def connect(self) -> None:
         try:

@@ -8,6 +8,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from knarr.kafka.clients import ErrorLog, close_producer, open_producer
+
 # One record: value, key, headers.
 Record = tuple[bytes, bytes | None, dict[str, str] | None]
 
@@ -33,14 +35,15 @@ class AsyncProducer:
         self._reports: deque[tuple[_Batch, KafkaError | None]] = deque()  # appended by delivery callbacks
 
     def connect(self, check_timeout: float = 10.0) -> None:
-        errors: list[str] = []
-        conf = {**self._conf, "error_cb": lambda err: errors.append(str(err))}
-        self._producer = Producer(conf)
+        errors = ErrorLog()
+        producer = open_producer(self._conf, errors)
         try:
-            self._producer.list_topics(timeout=check_timeout)
+            producer.list_topics(timeout=check_timeout)
         except KafkaException as exc:
-            detail = errors[-1] if errors else str(exc)
+            close_producer(producer, flush_timeout=0)
+            detail = errors.last(exc)
             raise ConnectionError(f"cannot reach Kafka at {self._conf.get('bootstrap.servers')!r}: {detail}") from None
+        self._producer = producer
 
     def _poll_soon(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._polling is not loop:  # (a poll left on a loop that has closed since never runs)
@@ -104,10 +107,10 @@ class AsyncProducer:
                 self._producer.poll(0.1)  # local queue full: let deliveries drain, then try again
 
     def close(self, timeout: float = 10.0) -> int:
-        """Flush and stop; returns how many messages were still undelivered."""
-        remaining = self._producer.flush(timeout) if self._producer is not None else 0
+        """Flush (bounded) and destroy the producer; returns how many messages were still undelivered."""
+        producer, self._producer = self._producer, None
+        remaining = close_producer(producer, timeout)
         self._hand_over()
-        self._producer = None
         return remaining
 
 

@@ -15,6 +15,9 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
+from knarr.kafka import settings
+from knarr.kafka.clients import ErrorLog, close_consumer, open_consumer
+
 from knarr.api.messages import SourceMessage
 from knarr.config.models import ExecutorConfig, KafkaConfig
 from knarr.observability import metrics
@@ -30,20 +33,7 @@ LAG_REFRESH_SECONDS = 5.0
 class KafkaSource:
     def __init__(self, kafka: KafkaConfig, executor: ExecutorConfig, client_id: str = "knarr") -> None:
         self.topic = kafka.source_topic
-        self._conf: dict[str, Any] = {
-            "bootstrap.servers": kafka.brokers,
-            "group.id": kafka.consumer_group,
-            "client.id": client_id,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "cooperative-sticky",
-            "max.poll.interval.ms": kafka.max_poll_interval_ms,
-            "session.timeout.ms": kafka.session_timeout_ms,
-            "heartbeat.interval.ms": kafka.heartbeat_interval_ms,
-            "enable.partition.eof": False,
-            **kafka.extra,
-        }
+        self._conf = settings.source_consumer(kafka, client_id)
         self._revoke_wait = executor.drain_timeout_seconds + 10
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="knarr-kafka")
         self._consumer: Consumer | None = None
@@ -63,12 +53,14 @@ class KafkaSource:
         await self._loop.run_in_executor(self._thread, self._start_sync)
 
     def _start_sync(self) -> None:
-        errors: list[str] = []
-        self._consumer = Consumer({**self._conf, "error_cb": lambda e: errors.append(str(e))})
+        errors = ErrorLog()
+        self._consumer = open_consumer(self._conf, errors)
         try:
             self._consumer.list_topics(timeout=10)
         except KafkaException as exc:
-            detail = errors[-1] if errors else str(exc)
+            detail = errors.last(exc)
+            close_consumer(self._consumer)
+            self._consumer = None
             raise ConnectionError(
                 f"cannot reach Kafka at {self._conf['bootstrap.servers']!r}: {detail}; check kafka.brokers"
             ) from None
@@ -98,6 +90,7 @@ class KafkaSource:
         if self._consumer is not None and self._loop is not None:
             await self._loop.run_in_executor(self._thread, self._close_sync)
         self._thread.shutdown(wait=True)
+        self._on_assign = self._on_revoke = None
 
     # --- consumer thread -------------------------------------------------------------------
     def _poll_sync(self, max_records: int, commits: dict[int, int]) -> tuple[list[SourceMessage], dict[int, int]]:
@@ -215,9 +208,5 @@ class KafkaSource:
             log.error("stopping lost partitions failed", partitions=ids, error=str(exc))
 
     def _close_sync(self) -> None:
-        assert self._consumer is not None
-        try:
-            self._consumer.close()
-        except (KafkaException, RuntimeError) as exc:
-            log.warning("consumer close failed", error=str(exc))
-        self._consumer = None
+        consumer, self._consumer = self._consumer, None
+        close_consumer(consumer, on_error=lambda error: log.warning("consumer close failed", error=error))
