@@ -9,8 +9,12 @@ Register the session fixture from ``tests/conftest.py``::
 
     pytest_plugins = ["tests.services.kafka"]
 
-Every helper takes the bootstrap string explicitly and creates short-lived
-clients, so they can be called from any test, thread or fixture. Use
+Every helper takes the bootstrap string explicitly, so they can be called from
+any test, thread or fixture. Clients follow knarr's own rules
+(``knarr.kafka.clients``): admin requests go through the process's one admin
+client per broker, consumers and producers are closed explicitly, and
+committed offsets are read with a consumer, never an admin request to the
+group coordinator. Use
 ``unique_name`` for topics and group ids: the broker is shared by every test
 (and every engineer's session), so names must never collide.
 """
@@ -18,24 +22,24 @@ clients, so they can be called from any test, thread or fixture. Use
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import (
-    Consumer,
-    ConsumerGroupTopicPartitions,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from knarr.kafka import settings
+from knarr.kafka.clients import close_consumer, close_producer, open_consumer, open_producer, shared_admin
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KAFKA_SH = REPO_ROOT / "hack" / "kafka" / "kafka.sh"
@@ -114,7 +118,7 @@ def unique_name(prefix: str) -> str:
 
 
 def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+    return shared_admin(settings.connection(bootstrap))
 
 
 def _partition_ids(bootstrap: str, topic: str, timeout: float = 10) -> list[int]:
@@ -182,14 +186,14 @@ def committed_offsets(bootstrap: str, group: str, topic: str, timeout: float = 1
     Partitions without a committed offset are left out, so a group that never
     committed gives ``{}``.
     """
-    admin = _admin(bootstrap)
-    request = ConsumerGroupTopicPartitions(
-        group, [TopicPartition(topic, p) for p in _partition_ids(bootstrap, topic)]
-    )
-    result = admin.list_consumer_group_offsets([request], request_timeout=timeout)
-    listing = result[group].result(timeout=timeout)
+    partitions = [TopicPartition(topic, p) for p in _partition_ids(bootstrap, topic)]
+    consumer = open_consumer({**settings.connection(bootstrap), "group.id": group, "enable.auto.commit": False})
+    try:
+        listing = consumer.committed(partitions, timeout=timeout)
+    finally:
+        close_consumer(consumer)
     out: dict[int, int] = {}
-    for tp in listing.topic_partitions:
+    for tp in listing:
         if tp.error is not None:
             raise KafkaException(tp.error)
         if tp.offset >= 0:
@@ -214,7 +218,7 @@ def produce_json(
     ``key_fn(record)``, str keys are UTF-8 encoded) picks it, as in production.
     Flushes before returning and raises on any delivery error.
     """
-    producer = Producer(
+    producer = open_producer(
         {
             "bootstrap.servers": bootstrap,
             "acks": "all",
@@ -254,7 +258,7 @@ def produce_json(
         producer.poll(0)
         count += 1
 
-    remaining = producer.flush(timeout)
+    remaining = close_producer(producer, flush_timeout=timeout)
     if remaining:
         raise TimeoutError(f"{remaining} of {count} records to {topic!r} not delivered within {timeout}s")
     if errors:
@@ -292,7 +296,7 @@ def consume_all(
     manual assignment, so there is no rebalance wait and nothing is committed.
     """
     deadline = time.monotonic() + timeout
-    consumer = Consumer(
+    consumer = open_consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": unique_name("consume-all"),
@@ -335,7 +339,7 @@ def consume_all(
                     raise KafkaException(msg.error())
                 out.append(Message(msg.value(), msg.key(), msg.partition(), msg.offset()))
     finally:
-        consumer.close()
+        close_consumer(consumer)
 
 
 def _wait_for_partitions(consumer: Consumer, topic: str, deadline: float) -> list[int]:
@@ -357,3 +361,95 @@ def _caught_up(consumer: Consumer, topic: str, ends: dict[int, int]) -> bool:
         return True
     positions = consumer.position([TopicPartition(topic, p) for p in ends])
     return all(tp.offset >= ends[tp.partition] for tp in positions)
+
+
+# --------------------------------------------------------------------- a broker to hurt
+
+
+class PrivateBroker:
+    """A second local broker with its own state directory, for fault tests.
+
+    Tests that stop, slow or kill a broker do it to this one, so the broker every other test
+    shares is never touched. ``flapping()`` makes it slow the way a loaded or GC-bound broker
+    is: SIGSTOP for a moment, SIGCONT, over and over.
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.bootstrap = ""
+
+    def _sh(self, command: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "KNARR_KAFKA_STATE_DIR": str(self.state_dir)}
+        return subprocess.run(["bash", str(KAFKA_SH), command], capture_output=True, text=True,
+                              timeout=_UP_TIMEOUT_S, check=False, env=env)
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join((self.state_dir / "broker.log").read_text(errors="replace").splitlines()[-lines:])
+        except OSError as exc:
+            return f"(no broker log: {exc})"
+
+    def start(self) -> str:
+        proc = self._sh("up")
+        for line in proc.stdout.splitlines():
+            if line.startswith("KAFKA_BOOTSTRAP=") and proc.returncode == 0:
+                self.bootstrap = line.removeprefix("KAFKA_BOOTSTRAP=").strip()
+                return self.bootstrap
+        raise KafkaUnavailable(f"private broker in {self.state_dir} did not start (exit {proc.returncode}):\n"
+                               f"{proc.stderr}\n--- broker log ---\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        self.resume()
+        self._sh("down")
+
+    @property
+    def pid(self) -> int:
+        return int((self.state_dir / "broker.pid").read_text().strip())
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGCONT)
+        except (OSError, ValueError):
+            pass
+
+    @contextmanager
+    def flapping(self, stopped: float = 0.35, running: float = 0.4) -> Iterator[threading.Event]:
+        """Stop and continue the broker in a cycle while the block runs; it is always left running.
+
+        Yields an event that is set after the first full cycle.
+        """
+        done, cycled = threading.Event(), threading.Event()
+
+        def cycle() -> None:
+            while not done.is_set():
+                self.pause()
+                done.wait(stopped)
+                self.resume()
+                cycled.set()
+                done.wait(running)
+
+        thread = threading.Thread(target=cycle, name="broker-flapper", daemon=True)
+        thread.start()
+        try:
+            yield cycled
+        finally:
+            done.set()
+            thread.join()
+            self.resume()
+
+
+@pytest.fixture(scope="session")
+def private_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateBroker]:
+    """A broker of the fault tests' own, started once per session and stopped at its end."""
+    broker = PrivateBroker(tmp_path_factory.mktemp("private-kafka"))
+    try:
+        broker.start()
+    except KafkaUnavailable as exc:
+        pytest.fail(f"private Kafka broker unavailable:\n{exc}", pytrace=False)
+    try:
+        yield broker
+    finally:
+        broker.stop()
