@@ -200,7 +200,8 @@ for s in socks:
 EOF
 }
 
-# Kafka cluster ids are 16 random bytes, base64url without padding.
+# Kafka cluster ids are 16 random bytes, base64url without padding. One in 64 starts with '-',
+# which is why format passes it as --cluster-id=ID (as a separate word it reads as an option).
 random_cluster_id() {
     py -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode())'
 }
@@ -264,7 +265,7 @@ format_storage() {
     cluster_id=$(random_cluster_id)
     log "formatting $DATA_DIR (cluster id $cluster_id)"
     "$JAVA" -Dlog4j2.configurationFile="$LOG4J_CONF" -Dknarr.log.level=WARN -cp "$LIBS/*" \
-        "$STORAGE_TOOL_MAIN" format -t "$cluster_id" -c "$PROPS" \
+        "$STORAGE_TOOL_MAIN" format --cluster-id="$cluster_id" -c "$PROPS" \
         </dev/null >>"$LOG_FILE" 2>&1 9>&- ||
         fail_start "storage format failed"
 }
