@@ -51,7 +51,7 @@ def test_spark_submit_of_the_entry_point_with_the_operators_arguments_runs_the_b
             [str(spark_submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false", str(ENTRY), *args],
             capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path, check=False,
         )
-        assert proc.returncode == 0, proc.stderr[-4000:]
+        assert proc.returncode == 0, f"exit {proc.returncode}\n--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
         assert set(by_request(out / "summaries.jsonl")) == {r["request_id"] for r in records}
         data = json.loads(report.read_text())
         assert data["status"] == "succeeded" and data["totals"]["messages"] == len(records)
