@@ -8,8 +8,10 @@ VmRSS) and its /metrics; the worker logs at INFO, so every "backpressure on"/"of
 counted.
 
 To get through 100k messages in about a minute on two cores, 99 of every 100 requests are
-answered with a PrecomputedResult (no subprocess) and every 100th runs the behave program;
-every request still goes through windows, groups, the watermark and the Kafka sink.
+answered with a PrecomputedResult (no subprocess) and every 100th runs the behave program for
+0.2 s; every request still goes through windows, groups, the watermark and the Kafka sink. The
+sleeping tasks make the pool the bottleneck (4 slots at 0.2 s run 20 tasks/s, fewer than the
+backlog brings), so backpressure has to engage however fast the engine handles the rest.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 MESSAGES = 100_000
 PARTITIONS = 3
 SUBPROCESS_EVERY = 100
+SUBPROCESS_SLEEP_S = 0.2
 SAMPLE_EVERY_S = 0.25
 EARLY, LATE = 20_000, 80_000  # RSS is compared after this many messages completed
 RSS_CEILING_KB = 300 * 1024
@@ -78,7 +81,8 @@ def backlog_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) 
     topic, output, group = unique_name("backlog-in"), unique_name("backlog-out"), unique_name("backlog-group")
     create_topic(kafka_bootstrap, topic, PARTITIONS)
     create_topic(kafka_bootstrap, output, 1)
-    records = ({"request_id": f"r{i}", "precomputed": i % SUBPROCESS_EVERY != 0} for i in range(MESSAGES))
+    records = ({"request_id": f"r{i}", "precomputed": i % SUBPROCESS_EVERY != 0, "sleep": SUBPROCESS_SLEEP_S}
+               for i in range(MESSAGES))
     produce_json(kafka_bootstrap, topic, records, key_fn=lambda r: r["request_id"])
     spec = WorkerSpec(kafka_bootstrap, topic, group, output, max_executors=4, window_size=100,
                       max_poll_records=100, log_level="INFO")
