@@ -9,6 +9,7 @@ results are the same object in every group; the offset commits whatever the hook
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -386,7 +387,7 @@ class RaisingHandler(knarr.BaseHandler[Item, None]):
             raise RuntimeError("aggregate store unavailable")
 
 
-async def test_an_on_message_complete_that_raises_is_logged_and_the_offset_still_commits(
+async def test_an_on_message_complete_that_raises_dead_letters_that_message_with_its_offset_and_commits(
     kafka_bootstrap, tmp_path, capsys
 ):
     src, _ = topics(kafka_bootstrap)
@@ -398,8 +399,11 @@ async def test_an_on_message_complete_that_raises_is_logged_and_the_offset_still
 
     assert sorted(handler.completed) == [0, 1, 2]
     logs = capsys.readouterr().err
-    assert "on_message_complete raised; the offset completes anyway" in logs
-    assert "aggregate store unavailable" in logs
+    assert "on_message_complete raised; the message is dead-lettered with its offset" in logs
+    [record] = [m.json() for m in consume_all(kafka_bootstrap, cfg.dlq_topic, expected=1, timeout=10)]
+    assert (record["sink_name"], record["partition"], record["offsets"]) == ("on_message_complete", 0, [1])
+    assert "aggregate store unavailable" in record["error"]
+    assert json.loads(record["original_payloads"][0]) == {"id": 1}
 
 
 # --- (f) arrange() returning nothing -------------------------------------------------------------

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 import knarr
 from knarr.runtime import Worker
+from knarr.sinks.delivery import Origin
 from tests.services.kafka import committed_offsets, consume_all, produce_json
 from tests.worker.harness import kafka_config, running, topics, wait_until
 
@@ -197,7 +198,7 @@ async def test_an_offset_is_committed_only_after_its_kafka_outputs_are_confirmed
 
         async def on_task_complete(self, result):
             collect = await super().on_task_complete(result)
-            await worker.sinks.deliver(collect, None)  # deliver here to record when it is confirmed
+            await worker.sinks.deliver(collect, Origin(None))  # deliver here to record when it is confirmed
             for offset in result.task.source_offsets:
                 journal.append(("confirmed", partition_of[result.task.task_id], offset))
             return None

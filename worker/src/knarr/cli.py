@@ -26,7 +26,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"knarr run: {exc}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(Worker(config, handler_cls()).run())
+        worker = Worker(config, handler_cls())
+        worker.hard_deadline = True  # a process of its own: a shutdown that overruns its deadline exits
+        return asyncio.run(worker.run())
     except ConfigError as exc:
         print(f"knarr run: {exc}", file=sys.stderr)
         return 2

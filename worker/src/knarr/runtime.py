@@ -10,6 +10,8 @@ import asyncio
 import gc
 import os
 import signal
+import sys
+import threading
 import time
 from typing import Any
 
@@ -17,6 +19,7 @@ from knarr.api.handler import BaseHandler, periodic_methods
 from knarr.config.root import KnarrConfig
 from knarr.engine.backpressure import Flow, decide_flow, held_load
 from knarr.engine.execution import TaskExecutor
+from knarr.engine.hooks import call_hook
 from knarr.engine.processes import seal_inherited_fds
 from knarr.engine.processor import PartitionProcessor
 from knarr.engine.scheduling import SlotScheduler
@@ -33,6 +36,14 @@ from knarr.sources.base import Source
 VERSION = "0.1.0"
 HOLD_RECHECK_SECONDS = 0.05  # while holding: re-decide and commit at least this often
 HOLD_LIMIT_SECONDS = 5.0  # longest hold before the client pauses every partition and polls again
+# After the drain: the final commit, closing the sinks and closing the consumer get this long each
+# (they talk to servers that may be down), and the whole shutdown this long past the drain timeout.
+SHUTDOWN_STEP_SECONDS = 3.0
+SHUTDOWN_GRACE_SECONDS = 10.0
+
+EXIT_OK = 0
+EXIT_FATAL = 1
+EXIT_UNCLEAN_DRAIN = 4  # stopped as asked, but in-flight work was left to be replayed
 
 
 class Worker:
@@ -55,6 +66,12 @@ class Worker:
         self.health: HealthServer | None = None
         self.sinks: SinkManager | None = None
         self.stats = RunStats()
+        # Set by the CLI (a process of its own): a shutdown that overruns its deadline (a client stuck
+        # on an unreachable broker) ends the process instead of hanging until Kubernetes kills it.
+        self.hard_deadline = False
+        self._deadline_timer: threading.Timer | None = None
+        self._exit_code: int | None = None  # known once the shutdown finished
+        self._stuck: list[str] = []  # shutdown steps left unfinished (a thread may still be inside a client)
 
     # --- startup ---------------------------------------------------------------------------
     async def run(self) -> int:
@@ -83,6 +100,7 @@ class Worker:
         self.sinks = SinkManager(
             build_sinks(cfg), self._build_dlq(), self.handler, cfg.executor.max_retries,
             cfg.executor.retry_backoff_base_seconds, cfg.executor.retry_backoff_max_seconds, stats=self.stats,
+            on_send_failure=cfg.dlq.on_send_failure,
         )
         try:
             await self.sinks.connect_all()
@@ -109,8 +127,9 @@ class Worker:
     def _build_dlq(self) -> Any:
         cfg = self.config
         if cfg.dlq.path:
-            return FileDeadLetterQueue(cfg.dlq.path, cfg.kafka.source_topic)
-        return DeadLetterQueue(cfg.dlq_topic, settings.producer(cfg.kafka, cfg.dlq.brokers, cfg.dlq.extra), cfg.kafka.source_topic)
+            return FileDeadLetterQueue(cfg.dlq.path, cfg.kafka.source_topic, cfg.dlq.max_record_bytes)
+        return DeadLetterQueue(cfg.dlq_topic, settings.producer(cfg.kafka, cfg.dlq.brokers, cfg.dlq.extra),
+                               cfg.kafka.source_topic, cfg.dlq.max_record_bytes)
 
     def _build_source(self) -> Source:
         cfg = self.config
@@ -126,6 +145,11 @@ class Worker:
     def _readiness(self) -> tuple[bool, str]:
         if self._fatal is not None:
             return False, f"failed: {self._fatal}"
+        failed = [p.failure for p in self.processors.values() if p.failure]
+        if failed:
+            return False, "; ".join(failed)
+        if self.sinks is not None and self.sinks.stalled:
+            return False, "stalled: " + "; ".join(f"partition {p}: {why}" for p, why in sorted(self.sinks.stalled.items(), key=str))
         if not (self.sinks and self.sinks.connected):
             return False, "sinks not connected"
         if not self._ready:
@@ -138,7 +162,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
-                loop.add_signal_handler(sig, self.stop)
+                loop.add_signal_handler(sig, self._signalled)
             except (NotImplementedError, RuntimeError):
                 pass  # not the main thread (tests): stop() is called directly
 
@@ -170,6 +194,29 @@ class Worker:
         self._running = False
         self._stop.set()
         self._progress.set()
+        self._arm_deadline()
+
+    def _signalled(self) -> None:
+        if self._stop.is_set() and self.hard_deadline:
+            self.log.warning("second stop signal: exiting now; uncommitted work will be replayed")
+            _exit_now(EXIT_UNCLEAN_DRAIN)
+        self.stop()
+
+    def _arm_deadline(self) -> None:
+        if not self.hard_deadline or self._deadline_timer is not None:
+            return
+        seconds = self.config.executor.drain_timeout_seconds + SHUTDOWN_GRACE_SECONDS
+
+        def overrun() -> None:
+            self.log.error("shutdown overran its deadline (a client is stuck on an unreachable server); exiting now, "
+                           "uncommitted work will be replayed", seconds=seconds)
+            if self._exit_code is None:
+                _exit_now(EXIT_FATAL if self._fatal is not None else EXIT_UNCLEAN_DRAIN)
+            _exit_now(self._exit_code)  # the shutdown was done; the interpreter's exit hung on a stuck thread
+
+        self._deadline_timer = threading.Timer(seconds, overrun)
+        self._deadline_timer.daemon = True
+        self._deadline_timer.start()
 
     def fail(self, exc: BaseException) -> None:
         """Something cannot be handled without losing data: stop now, commit nothing more."""
@@ -182,11 +229,15 @@ class Worker:
         assert self.source is not None
         self._running = True
         batch = self.config.kafka.max_poll_records
+        self._stopping = asyncio.ensure_future(self._stop.wait())
         while self._running:
             if self._update_flow():
                 await self._hold()
                 continue
-            messages, committed = await self.source.poll(batch, self._committable())
+            polled = await self._unless_stopped(self.source.poll(batch, self._committable()))
+            if polled is None:
+                break  # what that poll took was never started: it is replayed
+            messages, committed = polled
             self._acknowledge(committed)
             if not self._running:
                 break  # polled after stop: these messages are not started, so they replay
@@ -241,7 +292,21 @@ class Worker:
         except TimeoutError:
             commits = self._committable()
             if commits:
-                self._acknowledge(await self.source.commit_now(commits))
+                done = await self._unless_stopped(self.source.commit_now(commits))
+                self._acknowledge(done or {})
+
+    async def _unless_stopped(self, call: Any) -> Any:
+        """Await a call into the consumer thread, or stop waiting for it (None) once a stop is asked for.
+
+        The consumer thread can be stuck for a long time in a commit to an unreachable broker; a
+        stop must not wait for it.
+        """
+        future = asyncio.ensure_future(call)
+        await asyncio.wait((future, self._stopping), return_when=asyncio.FIRST_COMPLETED)
+        if future.done():
+            return future.result()
+        future.add_done_callback(_ignore_result)
+        return None
 
     def _on_progress(self) -> None:
         """Called by processors as work finishes: wake the held poll loop once there is room."""
@@ -282,7 +347,7 @@ class Worker:
                 continue
             processor = PartitionProcessor(
                 self.source.topic, p, self.handler, self.executor, self.sinks, self.config.executor, self.fail,
-                on_progress=self._on_progress, stats=self.stats,
+                on_progress=self._on_progress, stats=self.stats, on_parse_error=self.config.source.on_parse_error,
             )
             processor.start()
             self.processors[p] = processor
@@ -306,11 +371,7 @@ class Worker:
         return {p: o for p, o in results if o is not None}
 
     async def _hook(self, name: str, fn: Any, *args: Any) -> None:
-        try:
-            await fn(*args)
-        except Exception:
-            metrics.hook_errors.labels(name).inc()
-            self.log.exception(f"{name} raised", args=args)
+        await call_hook(name, fn, *args, log=self.log, partitions=args[0] if args else None)
 
     # --- shutdown --------------------------------------------------------------------------
     async def _shutdown(self) -> int:
@@ -318,6 +379,7 @@ class Worker:
         started = time.monotonic()
         for task in list(self._background):
             task.cancel()
+        self._arm_deadline()
         processors = list(self.processors.values())
         clean = False
         if self._fatal is None:
@@ -325,22 +387,57 @@ class Worker:
             drained = await asyncio.gather(*(p.drain(timeout) for p in processors))
             clean = all(drained)
             if clean:
-                done = await self.source.commit_now(self._committable())
-                self._acknowledge(done)
+                clean = await self._bounded("the final commit", self._final_commit())
             else:
                 self.log.warning("drain incomplete; final commit skipped, in-flight messages will be replayed")
         await asyncio.gather(*(p.stop() for p in processors))
         self.processors.clear()
-        await self._close_outputs()
-        await self.source.close()
+        await asyncio.gather(self._bounded("closing the sinks", self._close_outputs()),
+                             self._bounded("closing the consumer", self.source.close()))
         if self.health is not None:
             await self.health.stop()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         self.log.info("worker stopped", clean=clean, seconds=round(time.monotonic() - started, 3),
                       fatal=str(self._fatal) if self._fatal else None)
-        return 1 if self._fatal is not None else 0
+        # The deadline stays armed: if a thread stuck in a client keeps the interpreter from exiting,
+        # it ends the process with this exit code.
+        self._exit_code = EXIT_FATAL if self._fatal is not None else EXIT_OK if clean else EXIT_UNCLEAN_DRAIN
+        if self._stuck and self.hard_deadline:
+            # A thread is still inside a client talking to a server that does not answer; a normal
+            # exit would wait for it. Everything that could be done safely is done.
+            self.log.warning("exiting without waiting for unfinished shutdown steps", steps=self._stuck)
+            _exit_now(self._exit_code)
+        return self._exit_code
+
+    async def _final_commit(self) -> bool:
+        assert self.source is not None
+        wanted = self._committable()
+        done = await self.source.commit_now(wanted)
+        self._acknowledge(done)
+        return done == wanted
+
+    async def _bounded(self, step: str, work: Any) -> bool:
+        """One shutdown step that talks to a server: False (logged) if it did not finish in time."""
+        try:
+            result = await asyncio.wait_for(work, SHUTDOWN_STEP_SECONDS)
+        except TimeoutError:
+            self.log.warning(f"{step} did not finish within {SHUTDOWN_STEP_SECONDS:.0f}s; going on without it")
+            self._stuck.append(step)
+            return False
+        return result is not False
 
     async def _close_outputs(self) -> None:
         if self.sinks is not None:
             await self.sinks.close_all()
+
+
+def _ignore_result(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved, so an abandoned poll's error is not reported as never retrieved
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once: a thread stuck inside a client would keep a normal exit waiting."""
+    sys.stderr.flush()
+    os._exit(code)

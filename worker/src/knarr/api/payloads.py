@@ -107,3 +107,5 @@ class DeliveryError(BaseModel):
     payloads: list[Any]
     attempt: int = 1
     partition: int | None = None
+    offsets: list[int] = Field(default_factory=list)  # the source messages the payloads derive from
+    keys: list[bytes | None] = Field(default_factory=list)

@@ -56,6 +56,8 @@ class ExecutorConfig(Section):
     backpressure_high_multiplier: int = Field(32, ge=1, description="Pause consumption when queued + in-flight messages reach max_executors x this.")
     backpressure_low_multiplier: int = Field(4, ge=1, description="Resume when they fall to max(1, max_executors x this).")
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables added to every subprocess (tasks may add their own).")
+    max_tasks_per_window: int = Field(10_000, ge=1, le=1_000_000, description="Most tasks one arrange() call may return; a larger result is refused and the window dead-lettered instead of buffered.")
+    on_retries_exhausted: Literal["dlq", "discard"] = Field("dlq", description="A task whose on_error asked for RETRY and that has no attempt left: dead-letter its source messages (dlq) or count it as failed only (discard).")
 
     @model_validator(mode="after")
     def _low_below_high(self) -> ExecutorConfig:
@@ -159,6 +161,8 @@ class DlqConfig(Section):
         description="Extra librdkafka producer properties for the dead-letter producer, applied after the connection settings (security.*, sasl.*, ssl.*) it takes from kafka.extra.",
     )
     path: str = Field("", description="Write dead letters as JSON Lines to this file instead of a topic (used with the local source).")
+    on_send_failure: Literal["stall", "drop"] = Field("stall", description="When the DLQ refuses a record 5 times: keep retrying with backoff while the partition waits and readiness says why (stall), or count, log and let the offset complete (drop).")
+    max_record_bytes: int = Field(900_000, ge=1_000, le=100_000_000, description="Largest DLQ record; bigger payloads keep their head, with their full size and SHA-256 in the record.")
 
 
 class MetricsConfig(Section):
@@ -188,6 +192,7 @@ class LocalSourceConfig(Section):
 class SourceConfig(Section):
     type: Literal["kafka", "local"] = Field("kafka", description="Where messages come from: the Kafka topic, or a local JSONL file.")
     local: LocalSourceConfig | None = None
+    on_parse_error: Literal["arrange", "dlq", "skip"] = Field("arrange", description="A message that does not parse into the input model: hand it to arrange() with payload=None and parse_error set (arrange), dead-letter it (dlq), or complete its offset without processing (skip).")
 
     @model_validator(mode="after")
     def _local_needs_path(self) -> SourceConfig:

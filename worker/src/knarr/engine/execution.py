@@ -1,7 +1,7 @@
 """One task's life up to a terminal outcome: wait, expire, take a slot, run, retry or hand off.
 
 The executor knows nothing of windows or groups: it returns what happened (``Succeeded``,
-``Failed`` or ``Replaced``) and the processor does the accounting.
+``Failed`` or ``Replaced``, the ledger's outcomes) and the ledger does the accounting.
 """
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass
 
 from knarr.api.handler import BaseHandler
 from knarr.api.tasks import ErrorAction, ExecutorError, ExecutorResult, ExecutorTask
 from knarr.config.models import ExecutorConfig
 from knarr.engine.backoff import is_expired, retry_delay, start_time
+from knarr.engine.hooks import call_hook, call_sync_hook
+from knarr.engine.ledger import Failed, Outcome, Replaced, Succeeded
 from knarr.engine.processes import run_process
 from knarr.engine.scheduling import SlotScheduler
 from knarr.observability import metrics
@@ -23,25 +24,6 @@ from knarr.observability.logging import get_logger
 log = get_logger(component="executor")
 _completed = metrics.tasks.labels("completed")
 _failed = metrics.tasks.labels("failed")
-
-
-@dataclass(slots=True)
-class Succeeded:
-    result: ExecutorResult
-
-
-@dataclass(slots=True)
-class Failed:
-    error: ExecutorError
-
-
-@dataclass(slots=True)
-class Replaced:
-    error: ExecutorError
-    tasks: list[ExecutorTask]
-
-
-Outcome = Succeeded | Failed | Replaced
 
 
 class TaskExecutor:
@@ -88,6 +70,7 @@ class TaskExecutor:
                 continue
             if decision is ErrorAction.RETRY:
                 log.warning("retries exhausted", task_id=task.task_id, attempts=attempt, partition=partition)
+                return Failed(error, retries_exhausted=True), attempt
             return Failed(error), attempt
 
     async def _attempt(self, task: ExecutorTask, partition: int, attempt: int) -> ExecutorResult | ExecutorError:
@@ -116,7 +99,9 @@ class TaskExecutor:
             result = _synthetic(task, attempt, message)
             return _error(task, attempt, result, stderr=message, exception=message, reason="launch")
 
-        await self.scheduler.acquire(partition, self.handler.task_priority(task))
+        priority = call_sync_hook("task_priority", self.handler.task_priority, task, log=log, default=0,
+                                  task_id=task.task_id).value
+        await self.scheduler.acquire(partition, priority)
         try:
             if is_expired(time.time(), task.expires_at):  # expired while waiting for a slot: never run
                 return _expired(task, attempt)
@@ -143,15 +128,10 @@ class TaskExecutor:
         return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid)
 
     async def _on_error(self, task: ExecutorTask, error: ExecutorError) -> ErrorAction | list[ExecutorTask]:
-        started = time.monotonic()
-        try:
-            decision = await self.handler.on_error(task, error)
-        except Exception as exc:
-            metrics.hook_errors.labels("on_error").inc()
-            log.exception("on_error raised; the task is skipped", task_id=task.task_id, error=str(exc))
+        called = await call_hook("on_error", self.handler.on_error, task, error, log=log, task_id=task.task_id)
+        if called.raised:
             return ErrorAction.SKIP
-        finally:
-            metrics.labelled(metrics.handler_duration, "on_error").observe(time.monotonic() - started)
+        decision = called.value
         if isinstance(decision, ErrorAction):
             return decision
         if isinstance(decision, list) and all(isinstance(t, ExecutorTask) for t in decision):

@@ -1,24 +1,70 @@
-"""Calling a handler hook the same way everywhere: timed, and an exception logged and counted."""
+"""The one door every user hook goes through: timed, counted, and an exception turned into its documented consequence.
+
+A hook that raises never stops the worker. What happens instead is fixed per hook and
+listed in ``CONSEQUENCES`` (the README's handler table says the same): the door logs the
+exception once, with that consequence, counts it in ``knarr_handler_errors_total{hook}``, and
+hands the caller the exception so it can carry the consequence out.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from knarr.observability import metrics
 
+CONSEQUENCES = {
+    "arrange": "the window's messages are dead-lettered",
+    "on_task_complete": "the task counts as failed (reason 'hook')",
+    "on_message_complete": "the message is dead-lettered with its offset, then its offset completes",
+    "on_window_complete": "the window's messages are dead-lettered with their offsets",
+    "on_error": "the task is skipped",
+    "on_delivery_error": "the payloads are dead-lettered",
+    "on_assign": "logged; the partitions are consumed as usual",
+    "on_revoke": "logged; the partitions are released as usual",
+    "deserialize_message": "the message goes to arrange() with payload=None and parse_error set",
+    "message_label": "the default label is used",
+    "task_priority": "the default priority (0) is used",
+}
 
-async def call_hook(
-    name: str, fn: Callable[..., Awaitable[Any]], *args: Any, log: Any, on_raise: str, **context: Any
-) -> tuple[Any, Exception | None]:
-    """Await ``fn(*args)``; returns ``(value, None)``, or ``(None, exc)`` after logging ``on_raise``."""
+
+@dataclass(slots=True)
+class Called:
+    """What a hook call came to: its value, or the exception it raised (value is then None)."""
+
+    value: Any = None
+    error: Exception | None = None
+
+    @property
+    def raised(self) -> bool:
+        return self.error is not None
+
+
+def _failed(name: str, exc: Exception, log: Any, context: dict[str, Any]) -> Called:
+    metrics.hook_errors.labels(name).inc()
+    log.error(f"{name} raised; {CONSEQUENCES.get(name, 'logged')}", hook=name,
+              error=f"{type(exc).__name__}: {exc}", exc_info=exc, **context)
+    return Called(error=exc)
+
+
+async def call_hook(name: str, fn: Callable[..., Awaitable[Any]], *args: Any, log: Any, **context: Any) -> Called:
+    """Await the async hook ``fn(*args)``."""
     started = time.monotonic()
     try:
-        return await fn(*args), None
+        return Called(await fn(*args))
     except Exception as exc:
-        metrics.hook_errors.labels(name).inc()
-        log.exception(on_raise, hook=name, **context)
-        return None, exc
+        return _failed(name, exc, log, context)
     finally:
         metrics.labelled(metrics.handler_duration, name).observe(time.monotonic() - started)
+
+
+def call_sync_hook(name: str, fn: Callable[..., Any], *args: Any, log: Any, default: Any = None, **context: Any) -> Called:
+    """Call a synchronous hook (deserialize_message, message_label, task_priority); ``default`` if it raises."""
+    try:
+        return Called(fn(*args))
+    except Exception as exc:
+        called = _failed(name, exc, log, context)
+        called.value = default
+        return called

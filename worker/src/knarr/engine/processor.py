@@ -1,36 +1,43 @@
-"""One partition's processor: its queue, windows, arrange(), task outcomes, groups and watermark.
+"""One partition's processor: the shell that carries out what the ledger decides.
 
-Every assigned partition gets one. It collects windows from its queue, lets the handler
-arrange them into tasks, registers those tasks with their message groups *before* any of
-them starts, and launches them without waiting — so several windows are in flight at
-once. When a message's last task is terminal, ``on_message_complete`` runs, its output is
-delivered, and only then does the offset complete in the watermark.
+It takes windows off the partition's queue, calls the handler's hooks (through the one
+door in ``hooks``), runs tasks through the shared executor, delivers outputs and dead
+letters through the sinks, and reports every outcome to its ``Ledger``, which answers with
+the next effects. All bookkeeping — groups, windows, in-flight runs, the watermark — lives
+in the ledger; this file only does the waiting.
+
+A message's life, in the order it reads here: ``_window`` (deserialize, take, arrange) →
+``_run`` (execute, on_task_complete, deliver, settle) → ``_close`` (on_message_complete,
+deliver, group_closed → the offset completes) → ``_finish`` (on_window_complete, deliver).
+What cannot go on goes through ``_dead_letter``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from knarr.api.groups import PendingContext
 from knarr.api.handler import BaseHandler
 from knarr.api.messages import SourceMessage
-from knarr.api.payloads import CollectResult, DeliveryError
-from knarr.api.tasks import ExecutorError, ExecutorTask
+from knarr.api.payloads import CollectResult
+from knarr.api.tasks import ExecutorError
 from knarr.config.models import ExecutorConfig
-from knarr.engine.accounting import MessageTracker, TaskRun, Window
-from knarr.engine.execution import Failed, Replaced, Succeeded, TaskExecutor
-from knarr.engine.hooks import call_hook
+from knarr.engine.execution import TaskExecutor
+from knarr.engine.hooks import call_hook, call_sync_hook
+from knarr.engine.ledger import (
+    ArrangeRefused, CloseGroup, DeadLetter, Effect, Failed, FinishWindow, Group, Ledger, Outcome, Run, RunTask,
+    Succeeded, Window,
+)
 from knarr.engine.stats import RunStats
-from knarr.engine.watermark import OffsetWatermark
 from knarr.observability import events, metrics
 from knarr.observability.logging import get_logger
-from knarr.sinks.delivery import SinkManager
+from knarr.sinks.delivery import Origin, SinkManager
 
 IDLE_WAKEUP_SECONDS = 1.0
+PARSE_POLICIES = ("arrange", "dlq", "skip")
 
 
 class FatalError(RuntimeError):
@@ -49,6 +56,7 @@ class PartitionProcessor:
         on_fatal: Callable[[BaseException], None],
         on_progress: Callable[[], None] | None = None,
         stats: RunStats | None = None,
+        on_parse_error: str = "arrange",
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -59,20 +67,26 @@ class PartitionProcessor:
         self.on_fatal = on_fatal
         self.on_progress = on_progress or (lambda: None)
         self.stats = stats or RunStats()
-        self.watermark = OffsetWatermark()
+        self.on_parse_error = on_parse_error
+        self.ledger = Ledger(partition, max_tasks_per_window=config.max_tasks_per_window,
+                             dead_letter_exhausted=config.on_retries_exhausted == "dlq")
         self.log = get_logger(partition=partition, topic=topic)
+        self.failure: str | None = None  # set when the processor died twice: the partition is failed
         self._queue: deque[SourceMessage] = deque()
         self._arrived = asyncio.Event()
         self._settled = asyncio.Event()
         self._settled.set()
-        self._windows: set[Window] = set()
-        self._pending: dict[str, ExecutorTask] = {}
         self._children: set[asyncio.Task] = set()
         self._loop_task: asyncio.Task | None = None
-        self.inflight_tasks = 0
+        self._restarts = 0
+        self._current: tuple[list[SourceMessage], Window | None] | None = None  # the window being formed
         self._label = str(partition)
         self._consumed = metrics.messages_consumed.labels(self._label)
         self._queue_size = metrics.queue_size.labels(self._label)
+
+    @property
+    def watermark(self):
+        return self.ledger.watermark
 
     # --- input -----------------------------------------------------------------------------
     def enqueue(self, messages: list[SourceMessage]) -> None:
@@ -84,26 +98,60 @@ class PartitionProcessor:
 
     @property
     def load(self) -> int:
-        """Queued messages plus in-flight tasks: what backpressure counts."""
-        return len(self._queue) + self.inflight_tasks
+        """Queued messages plus tasks in flight (waiting for a slot included): what backpressure counts."""
+        return len(self._queue) + self.ledger.in_flight
+
+    @property
+    def inflight_tasks(self) -> int:
+        return self.ledger.in_flight
 
     @property
     def is_settled(self) -> bool:
-        return not self._queue and not self._windows
+        return not self._queue and self.ledger.settled
 
+    # --- the window loop, supervised -------------------------------------------------------
     def start(self) -> None:
-        self._loop_task = asyncio.create_task(self._run(), name=f"knarr-partition-{self.partition}")
+        self._loop_task = asyncio.create_task(self._windows(), name=f"knarr-partition-{self.partition}")
 
-    async def _run(self) -> None:
-        try:
-            while True:
-                window = await self._collect()
-                if window:
-                    await self._process_window(window)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # a bug in the engine: stop the worker loudly
-            self.on_fatal(exc)
+    async def _windows(self) -> None:
+        while True:
+            try:
+                while True:
+                    messages = await self._collect()
+                    if messages:
+                        self._current = (messages, None)
+                        await self._window(messages)
+                        self._current = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._recover_current(f"{type(exc).__name__}: {exc}")
+                if not self._died(exc):
+                    return
+
+    def _recover_current(self, reason: str) -> None:
+        """The loop died forming a window: nothing of it may be lost, nor committed past."""
+        if self._current is None:
+            return
+        messages, window = self._current
+        self._current = None
+        if window is None:  # not yet in the ledger: back to the front of the queue
+            self._queue.extendleft(reversed(messages))
+        elif not window.arranged:  # in the ledger, never arranged: dead-letter it so the partition goes on
+            self._carry_out(self.ledger.arrange_failed(window, f"the engine failed on this window: {reason}"))
+
+    def _died(self, exc: BaseException) -> bool:
+        """The processor raised where it never should (an engine bug): restart once, then fail the partition."""
+        reason = f"{type(exc).__name__}: {exc}"
+        metrics.processor_restarts.labels(self._label).inc()
+        if self._restarts == 0:
+            self._restarts += 1
+            self.log.error("partition processor died; restarting it once", error=reason, exc_info=exc)
+            return True
+        self.failure = f"partition {self.partition} failed twice: {reason}"
+        self.log.error("partition processor died again; the partition is marked failed (readiness fails, "
+                       "nothing past its last complete offset is committed)", error=reason, exc_info=exc)
+        return False
 
     async def _collect(self) -> list[SourceMessage]:
         if not self._queue:
@@ -130,229 +178,199 @@ class PartitionProcessor:
         self._queue_size.set(len(self._queue))
         return window
 
-    # --- windows ---------------------------------------------------------------------------
-    async def _process_window(self, messages: list[SourceMessage]) -> None:
-        window = Window(self.partition, messages)
-        self._windows.add(window)
+    async def _window(self, messages: list[SourceMessage]) -> None:
         for msg in messages:
-            self.watermark.register(msg.offset)
-            try:
-                self.handler.deserialize_message(msg)
-            except Exception as exc:
+            called = call_sync_hook("deserialize_message", self.handler.deserialize_message, msg, log=self.log,
+                                    offset=msg.offset)
+            if called.raised:
                 msg.payload = None
-                msg.parse_error = f"deserialize_message raised {type(exc).__name__}: {exc}"
-        pending = PendingContext.model_construct(
-            pending_tasks=list(self._pending.values()), pending_task_ids=set(self._pending)
-        )
-        started = time.monotonic()
+                msg.parse_error = f"deserialize_message raised {type(called.error).__name__}: {called.error}"
+        window = self.ledger.take(messages)
+        self._current = (messages, window)
+        arrange_messages = messages
+        if self.on_parse_error != "arrange":
+            unparsed = [m for m in messages if m.parse_error is not None]
+            if unparsed:
+                metrics.labelled(metrics.parse_errors, self.on_parse_error).inc(len(unparsed))
+                self._carry_out(self.ledger.set_aside(window, unparsed, "message did not parse: "
+                                                      + "; ".join(sorted({m.parse_error or '' for m in unparsed}))[:500],
+                                                      dead_letter=self.on_parse_error == "dlq"))
+                arrange_messages = [m for m in messages if m.parse_error is None]
+                if self.on_parse_error == "skip":
+                    self.stats.messages += len(unparsed)
+        if not arrange_messages:
+            self._carry_out(self.ledger.arranged(window, []))
+            return
+        called = await call_hook("arrange", self.handler.arrange, arrange_messages, self.ledger.pending_context(),
+                                 log=self.log, offsets=[m.offset for m in arrange_messages])
         try:
-            tasks = await self.handler.arrange(messages, pending)
-            if tasks is None:
-                tasks = []
-            if not isinstance(tasks, list) or not all(isinstance(t, ExecutorTask) for t in tasks):
-                raise TypeError(f"arrange() must return list[ExecutorTask], got {type(tasks).__name__}")
-        except Exception as exc:
+            tasks = self.ledger.check_arranged(called.value) if not called.raised else None
+        except ArrangeRefused as exc:
             metrics.hook_errors.labels("arrange").inc()
-            await self._dead_letter_window(window, exc)
+            self.log.error("arrange() result refused; the window's messages are dead-lettered", error=str(exc),
+                           offsets=window.offsets)
+            self._carry_out(self.ledger.arrange_failed(window, str(exc)))
             return
-        finally:
-            metrics.labelled(metrics.handler_duration, "arrange").observe(time.monotonic() - started)
-
-        runs = window.schedule(tasks)  # every group counts every task before any starts
-        window.arranged = True
-        if window.untracked_offsets:
-            metrics.untracked_offsets.inc(window.untracked_offsets)
-        for run in runs:
-            self._track(run)
-        empty = window.groups_without_tasks()
-        window.mark_fired(empty)
-        for run in runs:
-            self._spawn(self._execute(run))
-        if empty:
-            self._spawn(self._close_groups(window, empty))
-
-    async def _dead_letter_window(self, window: Window, exc: Exception) -> None:
-        """arrange() failed: dead-letter the window's messages so the partition moves on and nothing is lost."""
-        reason = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        self.log.error("arrange() raised; the window's messages go to the DLQ", error=reason, offsets=[m.offset for m in window.messages])
-        error = DeliveryError(
-            sink_name="arrange", sink_type="handler", error=reason,
-            payloads=[m.value for m in window.messages], attempt=1, partition=self.partition,
-        )
-        try:
-            await self.sinks.dead_letter(error, self.partition)
-        except Exception as dlq_exc:
-            self.on_fatal(dlq_exc)
+        if tasks is None:
+            assert called.error is not None
+            self._carry_out(self.ledger.arrange_failed(window, f"arrange() raised {_exc_text(called.error)}"))
             return
-        window.arranged = True
-        trackers = list(window.trackers.values())
-        window.mark_fired(trackers)
-        for tracker in trackers:
-            self._complete_offset(window, tracker)
-        self._maybe_finish_window(window)
+        self._carry_out(self.ledger.arranged(window, tasks))
+        untracked = self.ledger.take_untracked()
+        if untracked:
+            metrics.untracked_offsets.inc(untracked)
 
-    def _track(self, run: TaskRun) -> None:
-        self.stats.tasks += 1
-        task_id = run.task.task_id
-        if task_id in self._pending:
-            self.log.warning("duplicate task_id in flight", task_id=task_id)
-        self._pending[task_id] = run.task
-        self.inflight_tasks += 1
-        metrics.tasks_in_flight.inc()
+    # --- carrying out effects --------------------------------------------------------------
+    def _carry_out(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, RunTask):
+                self.stats.tasks += 1
+                metrics.tasks_in_flight.inc()
+                self._spawn(self._run(effect.run))
+            elif isinstance(effect, CloseGroup):
+                self._spawn(self._close(effect.group))
+            elif isinstance(effect, FinishWindow):
+                self._spawn(self._finish(effect.window))
+            else:
+                self._spawn(self._dead_letter(effect))
+        self._update_settled()
 
-    def _untrack(self, run: TaskRun) -> None:
-        self._pending.pop(run.task.task_id, None)
-        self.inflight_tasks -= 1
-        metrics.tasks_in_flight.dec()
-        self.on_progress()
-
-    def _spawn(self, coro) -> None:
-        child = asyncio.create_task(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        child = asyncio.create_task(self._supervised(coro))
         self._children.add(child)
         child.add_done_callback(self._children.discard)
 
-    # --- tasks -----------------------------------------------------------------------------
-    async def _execute(self, run: TaskRun) -> None:
-        window = run.window
+    async def _supervised(self, coro: Coroutine[Any, Any, None]) -> None:
         try:
-            outcome, run.attempt = await self.executor.run(run.task, self.partition, run.attempt)
-            if isinstance(outcome, Succeeded):
-                done = await self._on_success(run, outcome)
-            elif isinstance(outcome, Replaced):
-                self.stats.replaced += 1
-                new_runs, done = window.replace(run, outcome.tasks)
-                if window.untracked_offsets:
-                    metrics.untracked_offsets.inc(window.untracked_offsets)
-                    window.untracked_offsets = 0
-                for new in new_runs:
-                    self._track(new)
-                for new in new_runs:
-                    self._spawn(self._execute(new))
-            else:
-                assert isinstance(outcome, Failed)
-                self.stats.failed += 1
-                done = window.fail(run, outcome.error)
+            await coro
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except FatalError as exc:
             self.on_fatal(exc)
-            return
-        self._untrack(run)
-        if done:
-            await self._close_groups(window, done)
-        else:
-            self._maybe_finish_window(window)
+        except Exception as exc:  # an engine bug mid-message: the ledger may be inconsistent, fail the partition
+            self._restarts = max(self._restarts, 1)
+            self._died(exc)
+            if self._loop_task is not None:
+                self._loop_task.cancel()
 
-    async def _on_success(self, run: TaskRun, outcome: Succeeded) -> list[MessageTracker]:
+    # --- a task ----------------------------------------------------------------------------
+    async def _run(self, run: Run) -> None:
+        outcome, run.attempt = await self.executor.run(run.task, self.partition, run.attempt)
+        if isinstance(outcome, Succeeded):
+            outcome = await self._task_complete(run, outcome)
+        if isinstance(outcome, Succeeded):
+            self.stats.succeeded += 1
+        elif isinstance(outcome, Failed):
+            self.stats.failed += 1
+        else:
+            self.stats.replaced += 1
+        metrics.tasks_in_flight.dec()
+        self._carry_out(self.ledger.settle(run, outcome))
+        self.on_progress()
+
+    async def _task_complete(self, run: Run, outcome: Succeeded) -> Outcome:
         result = outcome.result
         started = time.monotonic()
-        collect, exc = await call_hook(
-            "on_task_complete", self.handler.on_task_complete, result, log=self.log,
-            on_raise="on_task_complete raised; the task counts as failed", task_id=run.task.task_id,
-        )
-        if exc is not None:
-            error = ExecutorError.model_construct(
+        called = await call_hook("on_task_complete", self.handler.on_task_complete, result, log=self.log,
+                                 task_id=run.task.task_id)
+        if called.raised:
+            return Failed(ExecutorError.model_construct(
                 task=run.task, exit_code=result.exit_code, stderr=result.stderr, pid=result.pid,
-                exception=f"on_task_complete raised {type(exc).__name__}: {exc}", reason="hook",
+                exception=f"on_task_complete raised {_exc_text(called.error)}", reason="hook",
                 attempt=run.attempt, result=result,
-            )
-            self.stats.failed += 1
-            return run.window.fail(run, error)
-        delivered = await self._deliver(collect)
-        events.emit(
-            "task_complete", partition=self.partition, task_id=run.task.task_id,
-            duration=round(time.monotonic() - started, 6), output_message_count=delivered,
-        )
-        self.stats.succeeded += 1
-        return run.window.succeed(run, result)
+            ))
+        delivered = await self._deliver(called.value, Origin.of(self.partition, [g.message for g in run.groups]))
+        events.emit("task_complete", partition=self.partition, task_id=run.task.task_id,
+                    duration=round(time.monotonic() - started, 6), output_message_count=delivered)
+        return outcome
 
-    async def _deliver(self, collect: CollectResult | None) -> int:
+    # --- a message's group -----------------------------------------------------------------
+    async def _close(self, group: Group) -> None:
+        view = group.view()
+        started = time.monotonic()
+        label = call_sync_hook("message_label", self.handler.message_label, group.message, log=self.log,
+                               default=group.message.label).value
+        called = await call_hook("on_message_complete", self.handler.on_message_complete, view, log=self.log,
+                                 offset=group.offset, label=label)
+        if called.raised:
+            letter = DeadLetter("on_message_complete", f"on_message_complete raised {_exc_text(called.error)}",
+                                [group.message], holds=[group])
+            await self._dead_letter(letter)
+            return
+        delivered = await self._deliver(called.value, Origin.of(self.partition, [group.message]))
+        outcome = ("empty" if view.is_empty else "succeeded" if view.all_succeeded
+                   else "failed" if view.succeeded == 0 else "partial")
+        metrics.labelled(metrics.messages_completed, outcome).inc()
+        events.emit("message_complete", partition=self.partition, offset=group.offset, task_count=view.total,
+                    succeeded=view.succeeded, failed=view.failed, replaced=view.replaced,
+                    duration=round(time.monotonic() - started, 6), output_message_count=delivered)
+        self._group_closed(group)
+
+    def _group_closed(self, group: Group) -> None:
+        self.stats.messages += 1
+        if not group.tasks:
+            self.stats.empty_messages += 1
+        self._carry_out(self.ledger.group_closed(group))
+        self.on_progress()
+
+    # --- a window's end --------------------------------------------------------------------
+    async def _finish(self, window: Window) -> None:
+        called = await call_hook("on_window_complete", self.handler.on_window_complete, list(window.results),
+                                 window.messages, log=self.log, window_id=window.id, offsets=window.offsets)
+        if called.raised:
+            await self._dead_letter(DeadLetter("on_window_complete", f"on_window_complete raised {_exc_text(called.error)}",
+                                               list(window.messages)))
+            return
+        delivered = await self._deliver(called.value, Origin.of(self.partition, window.messages))
+        events.emit("window_complete", partition=self.partition, window_id=window.id, task_count=window.tasks,
+                    duration=round(time.monotonic() - window.created_at, 6), output_message_count=delivered)
+
+    # --- outputs ---------------------------------------------------------------------------
+    async def _deliver(self, collect: Any, origin: Origin) -> int:
         if collect is None:
             return 0
         if not isinstance(collect, CollectResult):
             raise FatalError(f"hooks must return CollectResult or None, got {type(collect).__name__}")
         try:
-            delivered = await self.sinks.deliver(collect, self.partition)
-            self.stats.outputs += delivered
-            return delivered
+            delivered = await self.sinks.deliver(collect, origin)
         except ValueError as exc:  # sink resolution: a handler bug, fail fast without committing
             raise FatalError(str(exc)) from exc
+        self.stats.outputs += delivered
+        return delivered
 
-    # --- groups and offsets ----------------------------------------------------------------
-    async def _close_groups(self, window: Window, trackers: list[MessageTracker]) -> None:
-        for tracker in trackers:
-            group = tracker.group()
-            started = time.monotonic()
-            collect, _ = await call_hook(
-                "on_message_complete", self.handler.on_message_complete, group, log=self.log,
-                on_raise="on_message_complete raised; the offset completes anyway",
-                offset=tracker.message.offset, label=self.handler.message_label(tracker.message),
-            )
-            try:
-                delivered = await self._deliver(collect)
-            except Exception as exc:
-                self.on_fatal(exc)
-                return
-            outcome = "empty" if group.is_empty else "succeeded" if group.all_succeeded else "failed" if group.succeeded == 0 else "partial"
-            metrics.labelled(metrics.messages_completed, outcome).inc()
-            events.emit(
-                "message_complete", partition=self.partition, offset=tracker.message.offset,
-                task_count=group.total, succeeded=group.succeeded, failed=group.failed, replaced=group.replaced,
-                duration=round(time.monotonic() - started, 6), output_message_count=delivered,
-            )
-            self._complete_offset(window, tracker)
-        self._maybe_finish_window(window)
-
-    def _complete_offset(self, window: Window, tracker: MessageTracker) -> None:
-        self.stats.messages += 1
-        if not tracker.tasks:
-            self.stats.empty_messages += 1
-        self.watermark.complete(tracker.message.offset)
-        window.group_closed()
+    async def _dead_letter(self, letter: DeadLetter) -> None:
+        """Write the dead letter (the DLQ's own failure policy applies inside), then let what it held go on."""
+        await self.sinks.dead_letter_messages(letter.stage, letter.reason, letter.messages, self.partition,
+                                              task=letter.task)
+        if letter.stage != "task":
+            self.stats.messages += len(letter.holds)  # their offsets complete now, without on_message_complete
+        self._carry_out(self.ledger.dead_lettered(letter))
         self.on_progress()
 
-    def _maybe_finish_window(self, window: Window) -> None:
-        if window.is_complete:
-            window.completed = True
-            self._windows.discard(window)
-            if window.total:
-                self._spawn(self._finish_window(window))
-            self._update_settled()
-
-    async def _finish_window(self, window: Window) -> None:
-        collect, _ = await call_hook(
-            "on_window_complete", self.handler.on_window_complete, list(window.results), window.messages,
-            log=self.log, on_raise="on_window_complete raised", window_id=window.id,
-        )
-        try:
-            delivered = await self._deliver(collect)
-        except Exception as exc:
-            self.on_fatal(exc)
-            return
-        events.emit(
-            "window_complete", partition=self.partition, window_id=window.id, task_count=window.total,
-            duration=round(time.monotonic() - window.created_at, 6), output_message_count=delivered,
-        )
-
+    # --- drain and stop --------------------------------------------------------------------
     def _update_settled(self) -> None:
         if self.is_settled:
             self._settled.set()
 
-    # --- drain and stop --------------------------------------------------------------------
     async def drain(self, timeout: float) -> bool:
         """Finish queued and in-flight work; True if everything settled within ``timeout``."""
+        if self.failure is not None:
+            return False  # a failed partition stopped working: nothing more will settle
+        deadline = time.monotonic() + timeout
         self._update_settled()
         try:
             await asyncio.wait_for(self._settled.wait(), timeout)
         except TimeoutError:
             self.log.warning("drain timed out; uncommitted offsets will be replayed", timeout=timeout,
-                             queued=len(self._queue), inflight=self.inflight_tasks)
+                             queued=len(self._queue), inflight=self.ledger.in_flight)
             return False
-        # Window hooks that were already spawned should finish too (they may deliver).
+        # Window hooks already spawned should finish too (they may deliver).
         window_hooks = [c for c in self._children if not c.done()]
         if window_hooks:
-            await asyncio.wait(window_hooks, timeout=timeout)
-        return True
+            _, pending = await asyncio.wait(window_hooks, timeout=max(0.0, deadline - time.monotonic()))
+            if pending:
+                return False
+        return self.failure is None
 
     async def stop(self) -> None:
         """Cancel everything still running (subprocess groups are killed by their runners)."""
@@ -361,6 +379,11 @@ class PartitionProcessor:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        metrics.tasks_in_flight.dec(self.inflight_tasks)
-        self.inflight_tasks = 0
+        metrics.tasks_in_flight.dec(self.ledger.in_flight)
+        self.ledger.forget()
+        self._queue.clear()
         self._queue_size.set(0)
+
+
+def _exc_text(exc: BaseException | None) -> str:
+    return f"{type(exc).__name__}: {exc}" if exc is not None else "an exception"

@@ -36,6 +36,10 @@ sink_skipped = Counter("knarr_sink_deliveries_skipped_total", "Deliveries droppe
 sink_dlq = Counter("knarr_sink_dlq_messages_total", "Deliveries dead-lettered", ["sink", "type"])
 sink_duration = Histogram("knarr_sink_deliver_duration_seconds", "Sink delivery time", ["sink", "type"], buckets=_DURATION_BUCKETS)
 flight_events = Counter("knarr_flight_events_total", "Flight events by kind", ["event"])
+dlq_dropped = Counter("knarr_dlq_dropped_total", "Dead letters the DLQ refused and dlq.on_send_failure=drop gave up on")
+dlq_stalls = Counter("knarr_dlq_stalls_total", "Times a partition stalled because the DLQ refused a dead letter")
+parse_errors = Counter("knarr_parse_errors_total", "Messages that did not parse, by what on_parse_error did", ["policy"])
+processor_restarts = Counter("knarr_processor_failures_total", "Partition processors that died unexpectedly", ["partition"])
 
 _children: dict[tuple, Any] = {}
 

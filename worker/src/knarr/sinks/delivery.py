@@ -3,16 +3,24 @@
 A failed delivery asks the handler's ``on_delivery_error``: RETRY (bounded, with backoff),
 SKIP (drop), or DLQ (the default). Returning from :meth:`SinkManager.deliver` means every
 payload is either confirmed by its sink or handled — only then may the offset complete.
+
+A dead letter the DLQ itself refuses follows ``dlq.on_send_failure``: ``stall`` keeps
+retrying with backoff (the partition waits, readiness says why, nothing is lost) and
+``drop`` counts, logs and gives up on it (the offset completes). The worker never exits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from knarr.api.handler import BaseHandler
+from knarr.api.messages import SourceMessage
 from knarr.api.payloads import CollectResult, DeliveryAction, DeliveryError
+from knarr.api.tasks import ExecutorTask
+from knarr.engine.hooks import call_hook
 from knarr.engine.backoff import retry_delay
 from knarr.engine.stats import RunStats
 from knarr.observability import metrics
@@ -22,11 +30,25 @@ from knarr.sinks.resolution import resolve_sink
 
 log = get_logger(component="sinks")
 
-DLQ_SEND_ATTEMPTS = 5
+DLQ_SEND_ATTEMPTS = 5  # before dlq.on_send_failure applies
+DLQ_STALL_MAX_DELAY = 30.0
 
 
 class DeliveryFailedError(RuntimeError):
     """Payloads could be neither delivered nor dead-lettered: the worker must stop without committing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where outputs come from: the partition and the source messages they derive from (DLQ records name them)."""
+
+    partition: int | None
+    offsets: tuple[int, ...] = ()
+    keys: tuple[bytes | None, ...] = ()
+
+    @classmethod
+    def of(cls, partition: int | None, messages: list[SourceMessage]) -> Origin:
+        return cls(partition, tuple(m.offset for m in messages), tuple(m.key for m in messages))
 
 
 class SinkManager:
@@ -39,6 +61,7 @@ class SinkManager:
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
         stats: RunStats | None = None,
+        on_send_failure: str = "stall",
     ) -> None:
         self.sinks: dict[tuple[str, str], Sink] = {(s.sink_type, s.name): s for s in sinks}
         self._names: dict[str, list[str]] = {}
@@ -52,6 +75,8 @@ class SinkManager:
         self.backoff_max = backoff_max
         self.connected = False
         self.stats = stats or RunStats()
+        self.on_send_failure = on_send_failure
+        self.stalled: dict[int | None, str] = {}  # partitions waiting for the DLQ to accept a record
 
     @property
     def dead_lettered(self) -> int:
@@ -92,19 +117,19 @@ class SinkManager:
             found = self._resolved[key] = (sink_type, resolve_sink(sink_type, requested, self._names.get(sink_type, ())))
         return found
 
-    async def deliver(self, collect: CollectResult | None, partition: int | None) -> int:
+    async def deliver(self, collect: CollectResult | None, origin: Origin) -> int:
         """Deliver everything in ``collect``; returns how many payloads went out (to sinks or DLQ)."""
         if collect is None or not collect.has_outputs:
             return 0
         plan = self.plan(collect)
         if len(plan) == 1:
             sink, payloads = plan[0]
-            await self._deliver_to(sink, payloads, partition)
+            await self._deliver_to(sink, payloads, origin)
         else:
-            await asyncio.gather(*(self._deliver_to(sink, payloads, partition) for sink, payloads in plan))
+            await asyncio.gather(*(self._deliver_to(sink, payloads, origin) for sink, payloads in plan))
         return sum(len(p) for _, p in plan)
 
-    async def _deliver_to(self, sink: Sink, payloads: list[Any], partition: int | None) -> None:
+    async def _deliver_to(self, sink: Sink, payloads: list[Any], origin: Origin) -> None:
         labels = (sink.name, sink.sink_type)
         attempt = 1
         while True:
@@ -115,7 +140,8 @@ class SinkManager:
                 metrics.sink_errors.labels(*labels).inc()
                 error = DeliveryError(
                     sink_name=sink.name, sink_type=sink.sink_type, error=f"{type(exc).__name__}: {exc}",
-                    payloads=payloads, attempt=attempt, partition=partition,
+                    payloads=payloads, attempt=attempt, partition=origin.partition,
+                    offsets=list(origin.offsets), keys=list(origin.keys),
                 )
                 action = await self._ask_handler(error)
                 if action is DeliveryAction.RETRY and attempt <= self.max_retries:
@@ -130,7 +156,7 @@ class SinkManager:
                     return
                 if action is DeliveryAction.RETRY:
                     log.warning("sink delivery retries exhausted; dead-lettering", sink=sink.name, attempts=attempt)
-                await self.dead_letter(error, partition)
+                await self.dead_letter(error)
                 return
             metrics.labelled(metrics.sink_deliveries, *labels).inc()
             metrics.labelled(metrics.sink_payloads, *labels).inc(len(payloads))
@@ -138,12 +164,11 @@ class SinkManager:
             return
 
     async def _ask_handler(self, error: DeliveryError) -> DeliveryAction:
-        try:
-            action = await self.handler.on_delivery_error(error)
-        except Exception as exc:
-            metrics.hook_errors.labels("on_delivery_error").inc()
-            log.exception("on_delivery_error raised; dead-lettering", sink=error.sink_name, error=str(exc))
+        called = await call_hook("on_delivery_error", self.handler.on_delivery_error, error, log=log,
+                                 sink=error.sink_name)
+        if called.raised:
             return DeliveryAction.DLQ
+        action = called.value
         if isinstance(action, DeliveryAction):
             return action
         try:
@@ -152,21 +177,50 @@ class SinkManager:
             log.error("on_delivery_error returned an unknown action; dead-lettering", returned=repr(action)[:200])
             return DeliveryAction.DLQ
 
-    async def dead_letter(self, error: DeliveryError, partition: int | None) -> None:
-        """Send to the DLQ; if even that fails repeatedly, stop the worker rather than lose the payloads."""
+    async def dead_letter_messages(self, stage: str, reason: str, messages: list[SourceMessage],
+                                   partition: int | None, task: ExecutorTask | None = None) -> None:
+        """Dead-letter source messages that could not be processed (``stage`` says where it stopped)."""
+        origin = Origin.of(partition, messages)
+        error = DeliveryError(
+            sink_name=stage, sink_type="executor" if task is not None else "handler",
+            error=reason if task is None else f"task {task.task_id}: {reason}",
+            payloads=[m.value for m in messages], attempt=1, partition=partition,
+            offsets=list(origin.offsets), keys=list(origin.keys),
+        )
+        await self.dead_letter(error)
+
+    async def dead_letter(self, error: DeliveryError) -> None:
+        """Send to the DLQ. If the DLQ refuses it, ``dlq.on_send_failure`` decides: stall (retry until it
+        takes the record) or drop (count, log, go on). Never raises for a refusing DLQ."""
         if self.dlq is None:
             raise DeliveryFailedError(f"delivery to {error.sink_type} sink {error.sink_name!r} failed and no DLQ is configured: {error.error}")
-        for attempt in range(1, DLQ_SEND_ATTEMPTS + 1):
+        partition = error.partition
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 await self.dlq.send(error, partition)
-                metrics.sink_dlq.labels(error.sink_name, error.sink_type).inc()
-                self.stats.dead_lettered += len(error.payloads)
-                log.warning("payloads dead-lettered", sink=error.sink_name, dlq=self.dlq.topic, count=len(error.payloads), error=error.error)
-                return
             except Exception as exc:
-                log.error("DLQ send failed", dlq=self.dlq.topic, attempt=attempt, error=str(exc))
-                await asyncio.sleep(retry_delay(attempt, self.backoff_base, self.backoff_max))
-        raise DeliveryFailedError(
-            f"could not deliver to {error.sink_type} sink {error.sink_name!r} ({error.error}) nor dead-letter to "
-            f"{self.dlq.topic!r}; stopping without committing so the messages are replayed"
-        )
+                refused = f"{type(exc).__name__}: {exc}"
+                log.error("DLQ send failed", dlq=self.dlq.topic, attempt=attempt, partition=partition, error=refused)
+                if attempt >= DLQ_SEND_ATTEMPTS:
+                    if self.on_send_failure == "drop":
+                        metrics.dlq_dropped.inc(len(error.payloads))
+                        log.error("the DLQ refused a dead letter; dropped (dlq.on_send_failure: drop), offsets complete",
+                                  dlq=self.dlq.topic, partition=partition, offsets=error.offsets,
+                                  count=len(error.payloads), reason=error.error[:500], error=refused)
+                        return
+                    if partition not in self.stalled:
+                        metrics.dlq_stalls.inc()
+                        log.error("the DLQ refuses dead letters; partition stalled, retrying with backoff "
+                                  "(dlq.on_send_failure: stall)", dlq=self.dlq.topic, partition=partition, error=refused)
+                    self.stalled[partition] = f"DLQ {self.dlq.topic!r} refuses dead letters: {refused}"
+                await asyncio.sleep(retry_delay(attempt, self.backoff_base, DLQ_STALL_MAX_DELAY))
+                continue
+            if self.stalled.pop(partition, None) is not None:
+                log.warning("the DLQ accepts dead letters again; partition resumes", dlq=self.dlq.topic, partition=partition)
+            metrics.sink_dlq.labels(error.sink_name, error.sink_type).inc()
+            self.stats.dead_lettered += len(error.payloads)
+            log.warning("payloads dead-lettered", sink=error.sink_name, dlq=self.dlq.topic, count=len(error.payloads),
+                        partition=partition, offsets=error.offsets[:20], error=error.error[:500])
+            return

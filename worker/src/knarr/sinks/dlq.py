@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import time
 from typing import Any
@@ -15,18 +17,58 @@ from knarr.sinks.base import SinkConnectError
 from knarr.sinks.producer import AsyncProducer
 
 
-def envelope(error: DeliveryError, partition: int | None, source_topic: str = "") -> dict[str, Any]:
-    """The DLQ record: what failed, where, why, and the original payloads (so nothing is lost)."""
-    return {
-        "original_payloads": [_payload_json(p) for p in error.payloads],
+MAX_RECORD_BYTES = 900_000  # under the 1 MB Kafka brokers and producers accept by default
+MAX_ERROR_CHARS = 4_000
+
+
+def envelope(error: DeliveryError, partition: int | None, source_topic: str = "",
+             max_bytes: int = MAX_RECORD_BYTES) -> dict[str, Any]:
+    """The DLQ record: what failed, where (partition, offsets, keys), why, and the original payloads.
+
+    The record stays under ``max_bytes`` whatever it carries: when the payloads would not fit,
+    each keeps only its head, and the record says so (``truncated``) with every payload's full
+    size and SHA-256, so the original can be found again upstream and checked.
+    """
+    payloads = [_payload_json(p) for p in error.payloads]
+    record: dict[str, Any] = {
+        "original_payloads": payloads,
+        "truncated": False,
         "sink_name": error.sink_name,
         "sink_type": error.sink_type,
-        "error": error.error,
+        "error": error.error[:MAX_ERROR_CHARS],
         "timestamp": time.time(),
-        "partition": partition,
-        "attempt_count": error.attempt,
         "source_topic": source_topic,
+        "partition": partition,
+        "offsets": list(error.offsets),
+        "keys": [_key_text(k) for k in error.keys],
+        "attempt_count": error.attempt,
     }
+    if len(json.dumps(record)) <= max_bytes:
+        return record
+    record["payload_sizes"] = [len(p.encode()) for p in payloads]
+    record["payload_sha256"] = [hashlib.sha256(p.encode()).hexdigest() for p in payloads]
+    record["original_payloads"] = [""] * len(payloads)
+    record["truncated"] = True
+    share = max(0, (max_bytes - len(json.dumps(record)) - 64) // max(1, len(payloads)))
+    record["original_payloads"] = [_head(p, share) for p in payloads]
+    return record
+
+
+def _head(text: str, budget: int) -> str:
+    """The longest prefix of ``text`` whose JSON encoding fits in ``budget`` bytes."""
+    head = text[:budget]
+    while head and len(json.dumps(head)) > budget:
+        head = head[: len(head) * budget // len(json.dumps(head))]
+    return head
+
+
+def _key_text(key: bytes | None) -> str | None:
+    if key is None:
+        return None
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(key).decode()
 
 
 def _payload_json(payload: Any) -> str:
@@ -43,8 +85,10 @@ def _payload_json(payload: Any) -> str:
 
 
 class DeadLetterQueue:
-    def __init__(self, topic: str, producer_settings: Settings, source_topic: str) -> None:
+    def __init__(self, topic: str, producer_settings: Settings, source_topic: str,
+                 max_record_bytes: int = MAX_RECORD_BYTES) -> None:
         self.topic = topic
+        self.max_record_bytes = max_record_bytes
         self.brokers = producer_settings["bootstrap.servers"]
         self.source_topic = source_topic
         self._producer = AsyncProducer(producer_settings)
@@ -56,7 +100,7 @@ class DeadLetterQueue:
             raise SinkConnectError(f"dead-letter queue (topic {self.topic!r}): {exc}") from None
 
     async def send(self, error: DeliveryError, partition: int | None) -> None:
-        record = json.dumps(envelope(error, partition, self.source_topic)).encode()
+        record = json.dumps(envelope(error, partition, self.source_topic, self.max_record_bytes)).encode()
         await self._producer.produce(self.topic, record, key=str(partition).encode() if partition is not None else None)
 
     async def close(self) -> None:
@@ -66,9 +110,10 @@ class DeadLetterQueue:
 class FileDeadLetterQueue:
     """Dead letters appended to a JSONL file: for the embedded (Kafka-less) mode."""
 
-    def __init__(self, path: str, source_topic: str) -> None:
+    def __init__(self, path: str, source_topic: str, max_record_bytes: int = MAX_RECORD_BYTES) -> None:
         from pathlib import Path
 
+        self.max_record_bytes = max_record_bytes
         self.path = Path(path)
         self.topic = str(self.path)
         self.source_topic = source_topic
@@ -82,7 +127,7 @@ class FileDeadLetterQueue:
 
     async def send(self, error: DeliveryError, partition: int | None) -> None:
         with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(envelope(error, partition, self.source_topic)) + "\n")
+            fh.write(json.dumps(envelope(error, partition, self.source_topic, self.max_record_bytes)) + "\n")
 
     async def close(self) -> None:
         return None
