@@ -16,7 +16,6 @@ task_duration = Histogram("knarr_task_duration_seconds", "Subprocess wall-clock 
 task_timeouts = Counter("knarr_task_timeouts_total", "Subprocesses killed at their deadline")
 tasks_in_flight = Gauge("knarr_tasks_in_flight", "Tasks scheduled and not yet terminal")
 pool_active = Gauge("knarr_pool_active", "Pool slots running a subprocess")
-pool_waiting = Gauge("knarr_pool_waiting", "Tasks waiting for a pool slot")
 queue_size = Gauge("knarr_partition_queue_size", "Messages queued in a partition processor", ["partition"])
 backpressure = Gauge("knarr_backpressure_active", "1 while backpressure holds consumption or pauses a partition")
 partitions_paused = Gauge("knarr_partitions_paused", "Partitions paused at the Kafka client: flooded by fan-out, or every partition during a long hold")

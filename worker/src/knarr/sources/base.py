@@ -30,8 +30,6 @@ class Source(Protocol):
 
     async def commit_now(self, commits: dict[int, int]) -> dict[int, int]: ...
 
-    def lag(self) -> dict[int, int]: ...
-
     @property
     def finished(self) -> bool:
         """True when a bounded source has nothing left (the Kafka source never finishes)."""

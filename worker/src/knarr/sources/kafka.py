@@ -42,7 +42,6 @@ class KafkaSource:
         self._on_revoke: RevokeFn | None = None
         self._want_paused: set[int] = set()
         self._paused_applied: set[int] = set()
-        self._lag: dict[int, int] = {}
         self._lag_at = 0.0
         self._committed: dict[int, int] = {}
 
@@ -78,9 +77,6 @@ class KafkaSource:
 
     def set_paused(self, partitions: set[int]) -> None:
         self._want_paused = set(partitions)
-
-    def lag(self) -> dict[int, int]:
-        return dict(self._lag)
 
     @property
     def finished(self) -> bool:
@@ -169,8 +165,7 @@ class KafkaSource:
             committed = self._committed.get(tp.partition)
             if committed is None or committed == OFFSET_INVALID:
                 continue
-            self._lag[tp.partition] = max(0, high - committed)
-            metrics.consumer_lag.labels(str(tp.partition)).set(self._lag[tp.partition])
+            metrics.consumer_lag.labels(str(tp.partition)).set(max(0, high - committed))
 
     def _call_loop(self, coro, timeout: float) -> Any:
         assert self._loop is not None
@@ -194,8 +189,6 @@ class KafkaSource:
             return
         if offsets:
             self._commit_sync(offsets)
-        for p in ids:
-            self._lag.pop(p, None)
         self._paused_applied -= set(ids)
 
     def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -90,9 +90,6 @@ class LocalSource:
         # One reader feeds every partition, so pausing any one pauses the read.
         self._paused = bool(partitions)
 
-    def lag(self) -> dict[int, int]:
-        return {p: end - self._committed.get(p, 0) for p, end in self._ends.items()}
-
     @property
     def finished(self) -> bool:
         return self.exit_when_done and self._eof and all(self._committed.get(p, 0) >= end for p, end in self._ends.items())

@@ -54,9 +54,6 @@ class MemorySource:
         # One reader feeds every partition, so pausing any one pauses the read.
         self._paused = bool(partitions)
 
-    def lag(self) -> dict[int, int]:
-        return {p: end - self.committed.get(p, 0) for p, end in self._ends.items()}
-
     @property
     def finished(self) -> bool:
         return self._next >= len(self._order) and all(self.committed.get(p, 0) >= end for p, end in self._ends.items())
