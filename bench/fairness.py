@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO_ROOT))  # for tests.services.kafka (broker start and
 
 import knarr  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
-from knarr.runtime import Worker  # noqa: E402
+from knarr.engine.worker import Worker  # noqa: E402
 from knarr.kafka.clients import close_producer, open_producer  # noqa: E402
 
 from tests.services.kafka import create_topic, ensure_kafka, produce_json, unique_name  # noqa: E402

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from knarr.runtime import EXIT_UNCLEAN_DRAIN, SHUTDOWN_GRACE_SECONDS, SHUTDOWN_STEP_SECONDS, Worker
+from knarr.engine.worker import EXIT_UNCLEAN_DRAIN, SHUTDOWN_GRACE_SECONDS, SHUTDOWN_STEP_SECONDS, Worker
 from tests.services.kafka import (
     PrivateBroker,
     committed_offsets,

@@ -14,7 +14,7 @@ from knarr.config.loading import config_from_dict
 from knarr.config.root import KnarrConfig
 from knarr.demo.data import PATTERNS
 from knarr.demo.handler import SearchHandler
-from knarr.runtime import Worker
+from knarr.engine.worker import Worker
 from knarr.sources.memory import MemorySource
 
 DEMO_HANDLER = "knarr.demo.handler:SearchHandler"

@@ -11,7 +11,7 @@ from typing import Any
 
 from knarr.config.loading import config_from_dict
 from knarr.config.root import KnarrConfig
-from knarr.runtime import Worker
+from knarr.engine.worker import Worker
 from tests.services.kafka import create_topic, unique_name
 
 BEHAVE = str(Path(__file__).resolve().parents[1] / "programs" / "behave")

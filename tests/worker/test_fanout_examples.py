@@ -18,7 +18,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 import knarr
-from knarr.runtime import Worker
+from knarr.engine.worker import Worker
 from tests.services.kafka import committed_offsets, consume_all, create_topic, produce_json, unique_name
 from tests.worker.harness import kafka_config, running, topics, wait_until
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import REGISTRY
 
-from knarr.runtime import Worker
+from knarr.engine.worker import Worker
 
 from tests.programs.handlers import TaggedHandler
 from tests.services.kafka import consume_all, produce_json

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import knarr
 from knarr.api.messages import SourceMessage
 from knarr.config.loading import config_from_dict
-from knarr.runtime import Worker
+from knarr.engine.worker import Worker
 from knarr.sources.memory import MemorySource
 from tests.worker.harness import BEHAVE
 

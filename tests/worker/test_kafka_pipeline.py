@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 import knarr
-from knarr.runtime import Worker
+from knarr.engine.worker import Worker
 from knarr.sinks.delivery import Origin
 from tests.services.kafka import committed_offsets, consume_all, produce_json
 from tests.worker.harness import kafka_config, running, topics, wait_until

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 import knarr
-from knarr.runtime import Worker
+from knarr.engine.worker import Worker
 from tests.services.kafka import committed_offsets, produce_json
 from tests.worker.harness import kafka_config, running, topics, wait_until
 

@@ -17,7 +17,7 @@ import pytest
 
 import knarr
 from knarr.config.loading import config_from_dict
-from knarr.runtime import Worker
+from knarr.engine.worker import Worker
 from knarr.sources.memory import MemorySource
 from tests.services.kafka import committed_offsets, produce_json
 from tests.worker.harness import BEHAVE, kafka_config, running, topics, wait_until

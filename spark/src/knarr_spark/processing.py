@@ -18,7 +18,7 @@ from knarr.api.messages import SourceMessage
 from knarr.config.loading import config_from_dict
 from knarr.config.root import KnarrConfig, dump_config
 from knarr.loader import load_handler_class
-from knarr.runtime import Worker
+from knarr.engine.worker import Worker
 from knarr.sources.memory import MemorySource
 from knarr_spark.planning import Chunk
 from knarr_spark.report import ChunkResult

@@ -13,7 +13,7 @@ from knarr.config.root import CONFIG_PATH_ENV
 
 def _run(args: argparse.Namespace) -> int:
     from knarr.loader import HandlerLoadError, load_handler_class
-    from knarr.runtime import Worker
+    from knarr.engine.worker import Worker
     from knarr.sinks.base import SinkConnectError
 
     if not args.config and not os.environ.get(CONFIG_PATH_ENV):

@@ -14,7 +14,7 @@ from knarr.config.loading import config_from_dict
 from knarr.kafka import settings
 from knarr.kafka.clients import close_consumer, close_producer, open_consumer, open_producer, shared_admin
 from knarr.demo.handler import SearchHandler
-from knarr.runtime import Worker
+from knarr.engine.worker import Worker
 
 
 def _ensure_topics(bootstrap: str, names: dict[str, int]) -> None:

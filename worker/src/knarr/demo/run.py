@@ -10,7 +10,7 @@ from pathlib import Path
 from knarr.config.loading import config_from_dict
 from knarr.demo.data import write_corpus, write_requests
 from knarr.demo.handler import SearchHandler
-from knarr.runtime import Worker
+from knarr.engine.worker import Worker
 
 
 def _grep() -> str:
