@@ -37,8 +37,11 @@ def _error(task: ExecutorTask) -> ExecutorError:
 
 
 def _works_for(run) -> set[int]:
-    """The messages of its window a task names, worked out from the task itself, not the ledger's records."""
-    return set(run.task.source_offsets) & set(run.window.groups)
+    """The messages of its window a task names, worked out from the task itself, not the ledger's records.
+
+    While a window is split, a task answers for its part only; replacements inherit that."""
+    part = getattr(run, "part", None)
+    return set(run.task.source_offsets) & set(run.window.groups) & (part if part is not None else set(run.window.groups))
 
 
 class LedgerMachine(RuleBasedStateMachine):
@@ -64,8 +67,8 @@ class LedgerMachine(RuleBasedStateMachine):
 
     # --- rules --------------------------------------------------------------------------------
     @rule(size=st.integers(1, 5), plan=st.lists(st.tuples(st.lists(st.integers(-1, 6), max_size=3)), max_size=8),
-          refuse=st.booleans())
-    def take_and_arrange(self, size, plan, refuse):
+          refuse=st.booleans(), split=st.integers(0, 5), fail_first_part=st.booleans())
+    def take_and_arrange(self, size, plan, refuse, split, fail_first_part):
         messages = [_message(next(self.offsets)) for _ in range(size)]
         for m in messages:
             self.messages[m.offset] = m
@@ -78,6 +81,14 @@ class LedgerMachine(RuleBasedStateMachine):
         base = messages[0].offset
         tasks = [ExecutorTask(args=[], source_offsets=[base + i if i >= 0 else 10**9 for i in spec])
                  for (spec,) in plan]
+        if 0 < split < size:  # the window was split to find a failing message: each part answered alone
+            first, rest = messages[:split], messages[split:]
+            if fail_first_part:
+                self._accept(self.ledger.arrange_failed(window, "raised", first))
+            else:
+                self._accept(self.ledger.arranged(window, self.ledger.check_arranged(tasks), first))
+            self._accept(self.ledger.arranged(window, [], rest))
+            return
         self._accept(self.ledger.arranged(window, self.ledger.check_arranged(tasks)))
 
     @precondition(lambda self: self.pending)

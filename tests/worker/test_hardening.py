@@ -203,3 +203,79 @@ async def test_a_processor_that_dies_is_restarted_once_then_the_partition_is_fai
     assert worker.exit_code == 4  # a failed partition does not drain clean
     assert committed_offsets(kafka_bootstrap, cfg.kafka.consumer_group, src) == {0: 2}
     assert sorted(m.json()["id"] for m in consume_all(kafka_bootstrap, out)) == [0, 1]
+
+
+# --- a broken handler never silently diverts traffic ----------------------------------------------
+class PoisonAware(Echo):
+    """arrange() raises for any window holding a message whose id is in ``poison`` (or for all, when broken)."""
+
+    def __init__(self, poison: set[int] = frozenset(), broken: bool = False) -> None:
+        self.poison = set(poison)
+        self.broken = broken
+        self.calls = 0
+
+    async def arrange(self, messages, pending):
+        self.calls += 1
+        if self.broken:
+            raise KeyError("labels")  # e.g. a Drakkar-only task field: every window fails
+        bad = [m.payload.id for m in messages if m.payload.id in self.poison]
+        if bad:
+            raise ValueError(f"cannot plan request {bad[0]}")
+        return await super().arrange(messages, pending)
+
+
+async def test_arrange_failing_on_one_message_dead_letters_that_message_only(kafka_bootstrap):
+    src, out = topics(kafka_bootstrap)
+    produce_json(kafka_bootstrap, src, [{"id": i} for i in range(8)])
+    cfg = kafka_config(kafka_bootstrap, src, out_topic=out, executor={"window_linger_ms": 500})
+    async with running(Worker(cfg, PoisonAware(poison={5}))):
+        await wait_until(committed(kafka_bootstrap, cfg, {0: 8}), what="all eight committed")
+        [record] = dlq_records(kafka_bootstrap, cfg, 1)
+    assert (record["sink_name"], record["offsets"]) == ("arrange", [5])
+    assert "cannot plan request 5" in record["error"]
+    assert sorted(m.json()["id"] for m in consume_all(kafka_bootstrap, out)) == [0, 1, 2, 3, 4, 6, 7]
+
+
+async def test_arrange_failing_on_every_message_stalls_the_partition_and_resumes_once_fixed(kafka_bootstrap):
+    src, out = topics(kafka_bootstrap)
+    produce_json(kafka_bootstrap, src, [{"id": i} for i in range(4)])
+    cfg = kafka_config(kafka_bootstrap, src, out_topic=out, executor={"window_linger_ms": 300})
+    handler = PoisonAware(broken=True)
+    worker = Worker(cfg, handler)
+    async with running(worker):
+        await wait_until(lambda: not worker._readiness()[0], 30, "readiness to report the stall")
+        reason = worker._readiness()[1]
+        assert "partition 0 stalled: arrange() fails on every message" in reason and "labels" in reason
+        calls = handler.calls
+        await wait_until(lambda: handler.calls > calls, 10, "a retry of the stalled window")
+        assert committed_offsets(kafka_bootstrap, cfg.kafka.consumer_group, src) == {}
+        assert consume_all(kafka_bootstrap, cfg.dlq_topic, timeout=1) == []
+        handler.broken = False  # the fix is deployed (a Secret/config change, a dependency back)
+        await wait_until(committed(kafka_bootstrap, cfg, {0: 4}), 60, "the partition to resume by itself")
+        assert worker._readiness()[0]
+    assert consume_all(kafka_bootstrap, cfg.dlq_topic, timeout=1) == []
+    assert sorted(m.json()["id"] for m in consume_all(kafka_bootstrap, out)) == [0, 1, 2, 3]
+
+
+async def test_raising_task_priority_message_label_and_deserialize_fall_back_to_their_defaults(kafka_bootstrap):
+    src, out = topics(kafka_bootstrap)
+    produce_json(kafka_bootstrap, src, [{"id": 0}, {"id": 1}])
+
+    class Clumsy(Echo):
+        def task_priority(self, task):
+            return task.metadata["missing"]  # KeyError on every task
+
+        def message_label(self, msg):
+            raise RuntimeError("no label")
+
+        def deserialize_message(self, msg):
+            if msg.offset == 1:
+                raise ValueError("odd offset")
+            super().deserialize_message(msg)
+
+    cfg = kafka_config(kafka_bootstrap, src, out_topic=out)
+    worker = Worker(cfg, Clumsy())
+    async with running(worker):
+        await wait_until(committed(kafka_bootstrap, cfg, {0: 2}), what="both committed")
+    assert worker.exit_code == 0
+    assert [m.json()["id"] for m in consume_all(kafka_bootstrap, out)] == [0]  # offset 1 arrived unparsed

@@ -16,7 +16,8 @@ from typing import Any
 from knarr.observability import metrics
 
 CONSEQUENCES = {
-    "arrange": "the window's messages are dead-lettered",
+    "arrange": "the window is split to find the messages it fails on, and only those are dead-lettered; "
+               "when it fails on every message the partition stalls and retries instead",
     "on_task_complete": "the task counts as failed (reason 'hook')",
     "on_message_complete": "the message is dead-lettered with its offset, then its offset completes",
     "on_window_complete": "the window's messages are dead-lettered with their offsets",
@@ -42,20 +43,23 @@ class Called:
         return self.error is not None
 
 
-def _failed(name: str, exc: Exception, log: Any, context: dict[str, Any]) -> Called:
+def _failed(name: str, exc: Exception, log: Any, context: dict[str, Any], quiet: bool = False) -> Called:
     metrics.hook_errors.labels(name).inc()
+    if quiet:  # the caller logs once for many calls (arrange() while a window is split)
+        return Called(error=exc)
     log.error(f"{name} raised; {CONSEQUENCES.get(name, 'logged')}", hook=name,
               error=f"{type(exc).__name__}: {exc}", exc_info=exc, **context)
     return Called(error=exc)
 
 
-async def call_hook(name: str, fn: Callable[..., Awaitable[Any]], *args: Any, log: Any, **context: Any) -> Called:
+async def call_hook(name: str, fn: Callable[..., Awaitable[Any]], *args: Any, log: Any, quiet: bool = False,
+                    **context: Any) -> Called:
     """Await the async hook ``fn(*args)``."""
     started = time.monotonic()
     try:
         return Called(await fn(*args))
     except Exception as exc:
-        return _failed(name, exc, log, context)
+        return _failed(name, exc, log, context, quiet)
     finally:
         metrics.labelled(metrics.handler_duration, name).observe(time.monotonic() - started)
 

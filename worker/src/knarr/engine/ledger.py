@@ -4,8 +4,8 @@ No I/O and no awaiting. The partition processor (the shell around it) reports wh
 happened, and each report returns the effects to carry out next:
 
     take(messages)                    a window is formed; its offsets join the watermark
-    arranged(window, tasks)           -> RunTask per task, CloseGroup per message without tasks
-    arrange_failed(window, reason)    -> DeadLetter of the window's messages
+    arranged(window, tasks[, part])   -> RunTask per task, CloseGroup per message without tasks
+    arrange_failed(window, reason[, part]) -> DeadLetter of those messages
     settle(run, outcome)              -> RunTask per replacement, DeadLetter for a task failed
                                          for good (by policy), CloseGroup per group now complete
     group_closed(group)               -> the offset completes; FinishWindow once all have
@@ -100,6 +100,7 @@ class Run:
     groups: list[Group]
     id: int = field(default_factory=lambda: next(_run_ids))
     attempt: int = 1
+    part: set[int] | None = None  # the offsets its arrange() call answered for, when the window was split
 
 
 @dataclass(eq=False)
@@ -115,12 +116,16 @@ class Window:
     tasks: int = 0  # runs scheduled, replacements included
     open_runs: int = 0
     open_groups: int = 0
-    arranged: bool = False
+    unarranged: set[int] = field(default_factory=set)  # offsets arrange() has not answered for yet
     finished: bool = False
 
     @property
     def offsets(self) -> list[int]:
         return [m.offset for m in self.messages]
+
+    @property
+    def arranged(self) -> bool:
+        return not self.unarranged
 
 
 # --- effects: what the shell carries out ----------------------------------------------------------
@@ -202,6 +207,7 @@ class Ledger:
             self.watermark.register(msg.offset)
             window.groups[msg.offset] = Group(message=msg, window=window, started_at=now)
         window.open_groups = len(window.groups)
+        window.unarranged = set(window.groups)
         self.windows.add(window)
         return window
 
@@ -219,22 +225,30 @@ class Ledger:
             )
         return tasks
 
-    def arranged(self, window: Window, tasks: list[ExecutorTask]) -> list[Effect]:
-        """arrange() returned ``tasks`` (checked): register every task with every group first, then run them."""
-        window.arranged = True
-        runs = self._schedule(window, tasks, parent=None)
+    def arranged(self, window: Window, tasks: list[ExecutorTask], part: list[SourceMessage] | None = None) -> list[Effect]:
+        """arrange() returned ``tasks`` (checked) for ``part`` of the window (default: all of it not yet
+        arranged): register every task with every group first, then run them.
+
+        While a window is split (to find the messages arrange() fails on), each part is arranged on
+        its own, and a task's offsets outside its part are ignored (counted as untracked).
+        """
+        offsets = window.unarranged if part is None else {m.offset for m in part}
+        window.unarranged = window.unarranged - offsets
+        runs = self._schedule(window, tasks, parent=None, within=None if part is None else offsets)
         effects: list[Effect] = [RunTask(run) for run in runs]
-        effects += self._close_idle(window)
+        effects += self._close_idle(window, offsets)
         return effects + self._finish_if_done(window)  # every message may have been set aside already
 
-    def arrange_failed(self, window: Window, reason: str) -> list[Effect]:
-        """arrange() raised or was refused: the window's messages go to the DLQ, then their offsets complete."""
-        window.arranged = True
-        groups = list(window.groups.values())
+    def arrange_failed(self, window: Window, reason: str, part: list[SourceMessage] | None = None) -> list[Effect]:
+        """arrange() raised or was refused for ``part`` of the window (default: all of it not yet arranged):
+        those messages go to the DLQ, then their offsets complete."""
+        offsets = window.unarranged if part is None else {m.offset for m in part}
+        window.unarranged = window.unarranged - offsets
+        groups = [window.groups[o] for o in sorted(offsets)]
         for group in groups:
             group.state = GroupState.CLOSING
             group.finished_at = time.monotonic()
-        return [DeadLetter("arrange", reason, list(window.messages), holds=groups)]
+        return [DeadLetter("arrange", reason, [g.message for g in groups], holds=groups)]
 
     def settle(self, run: Run, outcome: Outcome) -> list[Effect]:
         """A run reached its terminal outcome (after on_task_complete and its deliveries, on success)."""
@@ -263,7 +277,7 @@ class Ledger:
                 effects.append(letter)
         else:
             # Successors are registered before the replaced run lets go of its groups.
-            effects += [RunTask(r) for r in self._schedule(window, outcome.tasks, parent=run)]
+            effects += [RunTask(r) for r in self._schedule(window, outcome.tasks, parent=run, within=run.part)]
         effects += self._release(run.groups)
         # A run that works for no open group (its offsets were all untracked) finishes nothing else.
         return effects + self._finish_if_done(window)
@@ -271,6 +285,7 @@ class Ledger:
     def set_aside(self, window: Window, messages: list[SourceMessage], reason: str, dead_letter: bool) -> list[Effect]:
         """Messages that will not go to arrange() (they did not parse): dead-letter them, or complete them as they are."""
         groups = [window.groups[m.offset] for m in messages]
+        window.unarranged = window.unarranged - {m.offset for m in messages}
         now = time.monotonic()
         for group in groups:
             group.state = GroupState.CLOSING
@@ -311,21 +326,22 @@ class Ledger:
         self.windows.clear()
 
     # --- internals --------------------------------------------------------------------------------
-    def _schedule(self, window: Window, tasks: list[ExecutorTask], parent: Run | None) -> list[Run]:
+    def _schedule(self, window: Window, tasks: list[ExecutorTask], parent: Run | None,
+                  within: set[int] | None = None) -> list[Run]:
         runs = []
         for task in tasks:
             if parent is not None and task.parent_task_id is None:
                 task.parent_task_id = parent.task.task_id
             groups: list[Group] = []
             for offset in dict.fromkeys(task.source_offsets):  # each offset once, in order
-                group = window.groups.get(offset)
+                group = window.groups.get(offset) if within is None or offset in within else None
                 if group is None or group.state is not GroupState.OPEN:
                     self.untracked_offsets += 1
                     continue
                 group.tasks.append(task)
                 group.open_tasks += 1
                 groups.append(group)
-            run = Run(task=task, window=window, groups=groups, attempt=1)
+            run = Run(task=task, window=window, groups=groups, attempt=1, part=within)
             self.runs[run.id] = run
             window.tasks += 1
             window.open_runs += 1
@@ -350,11 +366,12 @@ class Ledger:
             return [FinishWindow(window)] if window.tasks else []
         return []
 
-    def _close_idle(self, window: Window) -> list[Effect]:
+    def _close_idle(self, window: Window, offsets: set[int]) -> list[Effect]:
         """After arrange(): messages no task works for have empty groups, complete at once."""
         effects: list[Effect] = []
         now = time.monotonic()
-        for group in window.groups.values():
+        for offset in sorted(offsets):
+            group = window.groups[offset]
             if group.open_tasks == 0 and group.state is GroupState.OPEN:
                 group.state = GroupState.CLOSING
                 group.finished_at = now

@@ -23,7 +23,7 @@ from typing import Any
 from knarr.api.handler import BaseHandler
 from knarr.api.messages import SourceMessage
 from knarr.api.payloads import CollectResult
-from knarr.api.tasks import ExecutorError
+from knarr.api.tasks import ExecutorError, ExecutorTask
 from knarr.config.models import ExecutorConfig
 from knarr.engine.execution import TaskExecutor
 from knarr.engine.hooks import call_hook, call_sync_hook
@@ -37,6 +37,8 @@ from knarr.observability.logging import get_logger
 from knarr.sinks.delivery import Origin, SinkManager
 
 IDLE_WAKEUP_SECONDS = 1.0
+STALL_FIRST_DELAY_SECONDS = 1.0
+STALL_MAX_DELAY_SECONDS = 60.0
 PARSE_POLICIES = ("arrange", "dlq", "skip")
 
 
@@ -72,6 +74,8 @@ class PartitionProcessor:
                              dead_letter_exhausted=config.on_retries_exhausted == "dlq")
         self.log = get_logger(partition=partition, topic=topic)
         self.failure: str | None = None  # set when the processor died twice: the partition is failed
+        self.stall: str | None = None  # set while arrange() fails on everything: the partition waits
+        self._last_window_failed_whole = False
         self._queue: deque[SourceMessage] = deque()
         self._arrived = asyncio.Event()
         self._settled = asyncio.Event()
@@ -201,24 +205,76 @@ class PartitionProcessor:
         if not arrange_messages:
             self._carry_out(self.ledger.arranged(window, []))
             return
-        called = await call_hook("arrange", self.handler.arrange, arrange_messages, self.ledger.pending_context(),
-                                 log=self.log, offsets=[m.offset for m in arrange_messages])
-        try:
-            tasks = self.ledger.check_arranged(called.value) if not called.raised else None
-        except ArrangeRefused as exc:
-            metrics.hook_errors.labels("arrange").inc()
-            self.log.error("arrange() result refused; the window's messages are dead-lettered", error=str(exc),
-                           offsets=window.offsets)
-            self._carry_out(self.ledger.arrange_failed(window, str(exc)))
-            return
-        if tasks is None:
-            assert called.error is not None
-            self._carry_out(self.ledger.arrange_failed(window, f"arrange() raised {_exc_text(called.error)}"))
-            return
-        self._carry_out(self.ledger.arranged(window, tasks))
+        await self._arrange(window, arrange_messages)
         untracked = self.ledger.take_untracked()
         if untracked:
             metrics.untracked_offsets.inc(untracked)
+
+    # --- arrange(): find what it fails on, and stall when it fails on everything ------------
+    async def _arrange(self, window: Window, messages: list[SourceMessage]) -> None:
+        """Arrange the messages. When arrange() fails, split the window to find the messages it fails
+        on and dead-letter only those. When it fails on every message alone (and the window has two
+        or more, or the window before failed whole too), the handler is broken rather than the data:
+        the partition stalls — nothing dead-lettered, nothing committed, readiness fails — and
+        retries with backoff until arrange() works again."""
+        delay = STALL_FIRST_DELAY_SECONDS
+        while True:
+            parts = await self._arrange_parts(messages)
+            failed = [(part, reason) for part, _, reason in parts if reason is not None]
+            whole = sum(len(part) for part, _ in failed) == len(messages)
+            if failed and whole and (len(messages) > 1 or self._last_window_failed_whole):
+                self._stall_arrange(failed[0][1], len(messages), delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, STALL_MAX_DELAY_SECONDS)
+                continue
+            self._last_window_failed_whole = bool(failed) and whole
+            self._end_stall()
+            if failed:
+                self.log.error("arrange() fails on some messages; only those are dead-lettered",
+                               failed=[m.offset for part, _ in failed for m in part], of=len(messages),
+                               error=failed[0][1])
+            whole_window = len(parts) == 1
+            for part, tasks, reason in parts:
+                scope = None if whole_window else part
+                if reason is None:
+                    self._carry_out(self.ledger.arranged(window, tasks or [], scope))
+                else:
+                    self._carry_out(self.ledger.arrange_failed(window, reason, scope))
+            return
+
+    async def _arrange_parts(self, messages: list[SourceMessage]) -> list[tuple[list[SourceMessage], list[ExecutorTask] | None, str | None]]:
+        """arrange() the messages; if it fails, each half on its own, down to single messages."""
+        tasks, reason = await self._call_arrange(messages)
+        if reason is None or len(messages) == 1:
+            return [(messages, tasks, reason)]
+        mid = len(messages) // 2
+        return await self._arrange_parts(messages[:mid]) + await self._arrange_parts(messages[mid:])
+
+    async def _call_arrange(self, messages: list[SourceMessage]) -> tuple[list[ExecutorTask] | None, str | None]:
+        called = await call_hook("arrange", self.handler.arrange, messages, self.ledger.pending_context(),
+                                 log=self.log, quiet=True)
+        if called.raised:
+            return None, f"arrange() raised {_exc_text(called.error)}"
+        try:
+            return self.ledger.check_arranged(called.value), None
+        except ArrangeRefused as exc:
+            metrics.hook_errors.labels("arrange").inc()
+            return None, str(exc)
+
+    def _stall_arrange(self, reason: str, count: int, retry_in: float) -> None:
+        if self.stall is None:
+            metrics.stalls.labels("arrange").inc()
+            metrics.partition_stalled.labels(self._label).set(1)
+            self.log.error("arrange() fails on every message alone: the handler looks broken, not the data; "
+                           "partition stalled (nothing dead-lettered, nothing committed), retrying with backoff",
+                           hook="arrange", error=reason, messages=count, retry_in=retry_in)
+        self.stall = f"partition {self.partition} stalled: arrange() fails on every message: {reason}"
+
+    def _end_stall(self) -> None:
+        if self.stall is not None:
+            self.stall = None
+            metrics.partition_stalled.labels(self._label).set(0)
+            self.log.warning("arrange() works again; partition resumes", hook="arrange")
 
     # --- carrying out effects --------------------------------------------------------------
     def _carry_out(self, effects: list[Effect]) -> None:
@@ -354,8 +410,8 @@ class PartitionProcessor:
 
     async def drain(self, timeout: float) -> bool:
         """Finish queued and in-flight work; True if everything settled within ``timeout``."""
-        if self.failure is not None:
-            return False  # a failed partition stopped working: nothing more will settle
+        if self.failure is not None or self.stall is not None:
+            return False  # a failed or stalled partition will not settle in time
         deadline = time.monotonic() + timeout
         self._update_settled()
         try:

@@ -145,7 +145,7 @@ class Worker:
     def _readiness(self) -> tuple[bool, str]:
         if self._fatal is not None:
             return False, f"failed: {self._fatal}"
-        failed = [p.failure for p in self.processors.values() if p.failure]
+        failed = [p.failure or p.stall for p in self.processors.values() if p.failure or p.stall]
         if failed:
             return False, "; ".join(failed)
         if self.sinks is not None and self.sinks.stalled:
