@@ -25,7 +25,7 @@ from tests.services.kafka import (
     unique_name,
 )
 from tests.worker.harness import kafka_config, running, wait_until
-from tests.worker.procs import WorkerFleet, WorkerSpec, outputs_by_kind, wait_until as wait_until_sync
+from tests.worker.procs import WorkerFleet, WorkerSpec, caught_up, outputs_by_kind, wait_until as wait_until_sync
 from tests.worker.test_hardening import Echo
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -64,8 +64,8 @@ def test_sigterm_with_the_broker_stopped_exits_within_the_drain_timeout_and_lose
         assert code == EXIT_UNCLEAN_DRAIN, first.log_tail()
 
         second = fleet.start("w2")
-        wait_until_sync(lambda: all(committed_offsets(bootstrap, spec.group, topic).get(p, 0) >= e for p, e in ends.items()),
-                        120, "the restarted worker to commit everything")
+        wait_until_sync(lambda: caught_up(committed_offsets(bootstrap, spec.group, topic), ends), 120,
+                        "the restarted worker to commit everything")
         assert second.terminate() == 0
 
     summaries = outputs_by_kind(consume_all(bootstrap, output), "message")

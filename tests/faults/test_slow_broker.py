@@ -26,7 +26,7 @@ from tests.services.kafka import (
     produce_json,
     unique_name,
 )
-from tests.worker.procs import WorkerFleet, WorkerSpec, outputs_by_kind, wait_until
+from tests.worker.procs import WorkerFleet, WorkerSpec, caught_up, outputs_by_kind, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -72,7 +72,7 @@ def test_a_worker_keeps_its_clients_through_a_slow_broker_and_loses_nothing(priv
         with private_kafka.flapping():
             deadline_passed = _wait_or_die(worker, FLAP_SECONDS)
         assert deadline_passed, f"worker {_ended(worker.proc.returncode)} while the broker was slow:\n{worker.log_tail()}"
-        wait_until(lambda: _caught_up(committed_offsets(bootstrap, spec.group, topic), ends), 120,
+        wait_until(lambda: caught_up(committed_offsets(bootstrap, spec.group, topic), ends), 120,
                    "the group's commits to reach the end of the topic")
         assert worker.terminate() == 0
 
@@ -89,6 +89,3 @@ def _wait_or_die(worker, seconds: float) -> bool:
         return True
     return False
 
-
-def _caught_up(committed: dict[int, int], ends: dict[int, int]) -> bool:
-    return all(committed.get(p, 0) >= end for p, end in ends.items())

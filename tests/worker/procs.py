@@ -272,3 +272,8 @@ def outputs_by_kind(messages: list, kind: str) -> list[dict[str, Any]]:
 
 def total_committed(committed: dict[int, int]) -> int:
     return sum(committed.values())
+
+
+def caught_up(committed: dict[int, int], ends: dict[int, int]) -> bool:
+    """Every partition's committed offset has reached its end offset."""
+    return all(committed.get(p, 0) >= end for p, end in ends.items())

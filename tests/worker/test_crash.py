@@ -31,7 +31,7 @@ from tests.services.kafka import (
     produce_json,
     unique_name,
 )
-from tests.worker.procs import WorkerFleet, WorkerSpec, outputs_by_kind, processes_gone, wait_until
+from tests.worker.procs import WorkerFleet, WorkerSpec, caught_up, outputs_by_kind, processes_gone, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -61,9 +61,6 @@ class CrashRun:
         """What one kill can replay: the in-flight work backpressure allows, plus one poll batch."""
         return self.spec.backpressure_high + self.spec.max_poll_records
 
-
-def _caught_up(committed: dict[int, int], ends: dict[int, int]) -> bool:
-    return all(committed.get(p, 0) >= end for p, end in ends.items())
 
 
 def _requests(start: int, count: int) -> list[dict]:
@@ -110,7 +107,7 @@ def crash_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) ->
         final.wait_consuming(timeout=60)
         run.ends = end_offsets(kafka_bootstrap, topic)
         run.committed = wait_until(
-            lambda: (c := committed_offsets(kafka_bootstrap, spec.group, topic)) and _caught_up(c, run.ends) and c,
+            lambda: (c := committed_offsets(kafka_bootstrap, spec.group, topic)) and caught_up(c, run.ends) and c,
             timeout=180, what="the final worker to commit the end of every partition",
         )
         run.final_exit = final.terminate()
@@ -163,7 +160,7 @@ def test_duplicates_stay_within_what_each_kill_had_in_flight(crash_run: CrashRun
 
 def test_the_final_worker_drains_commits_the_end_and_exits_zero(crash_run: CrashRun) -> None:
     assert crash_run.final_exit == 0
-    assert _caught_up(crash_run.committed, crash_run.ends)
+    assert caught_up(crash_run.committed, crash_run.ends)
     assert sum(crash_run.ends.values()) == len(crash_run.inputs) >= 5_000
 
 

@@ -23,7 +23,7 @@ from tests.services.kafka import (
     produce_json,
     unique_name,
 )
-from tests.worker.procs import WorkerFleet, WorkerSpec, outputs_by_kind, wait_until
+from tests.worker.procs import WorkerFleet, WorkerSpec, caught_up, outputs_by_kind, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -51,9 +51,6 @@ class RebalanceRun:
             out[names[summary["worker"]]].append(summary)
         return out
 
-
-def _caught_up(committed: dict[int, int], ends: dict[int, int]) -> bool:
-    return all(committed.get(p, 0) >= end for p, end in ends.items())
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +88,7 @@ def rebalance_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
         wait_until(lambda: b.readiness() == "consuming 4 partition(s)", 60, "B to take over all four partitions")
         run.ends = end_offsets(kafka_bootstrap, topic)
         run.committed = wait_until(
-            lambda: (c := committed_offsets(kafka_bootstrap, group, topic)) and _caught_up(c, run.ends) and c,
+            lambda: (c := committed_offsets(kafka_bootstrap, group, topic)) and caught_up(c, run.ends) and c,
             90, "B to commit the end of every partition",
         )
         run.exits["b"] = b.terminate()
@@ -135,5 +132,5 @@ def test_a_drained_handoff_replays_nothing(rebalance_run: RebalanceRun) -> None:
 
 def test_both_workers_drain_on_sigterm_and_exit_zero(rebalance_run: RebalanceRun) -> None:
     assert rebalance_run.exits == {"a": 0, "b": 0}
-    assert _caught_up(rebalance_run.committed, rebalance_run.ends)
+    assert caught_up(rebalance_run.committed, rebalance_run.ends)
     assert sum(rebalance_run.ends.values()) == MESSAGES
