@@ -12,6 +12,7 @@ from knarr.config.root import CONFIG_PATH_ENV
 
 
 def _run(args: argparse.Namespace) -> int:
+    from knarr.engine.containment import contain_tasks
     from knarr.loader import HandlerLoadError, load_handler_class
     from knarr.runtime import Worker
     from knarr.sinks.base import SinkConnectError
@@ -26,7 +27,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"knarr run: {exc}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(Worker(config, handler_cls()).run())
+        # This process is the worker's own: it may become the subreaper and cgroup of its tasks.
+        with contain_tasks(config.executor.task_cgroup):
+            return asyncio.run(Worker(config, handler_cls()).run())
     except ConfigError as exc:
         print(f"knarr run: {exc}", file=sys.stderr)
         return 2

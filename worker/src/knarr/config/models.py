@@ -6,11 +6,14 @@ generated from these models; a test fails when they drift.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _IDENT = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MIB = 1024 * 1024
 
 
 class Section(BaseModel):
@@ -56,6 +59,27 @@ class ExecutorConfig(Section):
     backpressure_high_multiplier: int = Field(32, ge=1, description="Pause consumption when queued + in-flight messages reach max_executors x this.")
     backpressure_low_multiplier: int = Field(4, ge=1, description="Resume when they fall to max(1, max_executors x this).")
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables added to every subprocess (tasks may add their own).")
+    env_inherit: list[str] = Field(
+        default_factory=lambda: ["PATH", "HOME", "LANG", "LC_*", "TZ", "TMPDIR"],
+        description="The worker's environment variables a subprocess inherits (a trailing * matches a prefix); no other worker variable — sink credentials included — reaches a task.",
+    )
+    max_output_bytes: int = Field(8 * _MIB, ge=1024, le=256 * _MIB, description="Most bytes of stdout and of stderr kept per task (the head); the rest is dropped and the result's stdout_truncated / stderr_truncated say so.")
+    on_retries_exhausted: Literal["dlq", "discard"] = Field("dlq", description="A task whose on_error still asks for RETRY after its last attempt: dead-letter it (dlq) or only count it as failed (discard).")
+    task_cgroup: bool = Field(True, description="knarr run moves itself into a cgroup v2 of its own where the hierarchy is writable, so every process a task starts (detached or not) dies with the worker.")
+
+    @field_validator("env", "env_inherit")
+    @classmethod
+    def _env_names(cls, value: dict[str, str] | list[str], info) -> dict[str, str] | list[str]:
+        for name in value:
+            pattern = name[:-1] if info.field_name == "env_inherit" and name.endswith("*") else name
+            if name == "*" and info.field_name == "env_inherit":
+                continue  # everything: the old, leaky behaviour, for who really wants it
+            if not _ENV_NAME.match(pattern):
+                raise ValueError(
+                    f"{name!r} is not an environment variable name: use letters, digits and _, not starting with a digit"
+                    + (" (a trailing * matches a prefix)" if info.field_name == "env_inherit" else "")
+                )
+        return value
 
     @model_validator(mode="after")
     def _low_below_high(self) -> ExecutorConfig:

@@ -1,7 +1,8 @@
 """One task's life up to a terminal outcome: wait, expire, take a slot, run, retry or hand off.
 
 The executor knows nothing of windows or groups: it returns what happened (``Succeeded``,
-``Failed`` or ``Replaced``) and the processor does the accounting.
+``Failed`` or ``Replaced``) and the processor does the accounting. A task that fails for good
+because its retries ran out is dead-lettered here first (``executor.on_retries_exhausted``).
 """
 
 from __future__ import annotations
@@ -9,12 +10,17 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from knarr.api.handler import BaseHandler
+from knarr.api.payloads import DeliveryError
 from knarr.api.tasks import ErrorAction, ExecutorError, ExecutorResult, ExecutorTask
 from knarr.config.models import ExecutorConfig
+from knarr.engine import containment
 from knarr.engine.backoff import is_expired, retry_delay, start_time
+from knarr.engine.environment import task_environment
 from knarr.engine.processes import run_process
 from knarr.engine.scheduling import SlotScheduler
 from knarr.observability import metrics
@@ -42,23 +48,33 @@ class Replaced:
 
 
 Outcome = Succeeded | Failed | Replaced
+DeadLetter = Callable[[DeliveryError, int], Awaitable[None]]
+DLQ_STDERR_CHARS = 2000
 
 
 class TaskExecutor:
     """Runs tasks for every partition through one shared slot scheduler."""
 
-    def __init__(self, handler: BaseHandler, scheduler: SlotScheduler, config: ExecutorConfig) -> None:
+    def __init__(
+        self, handler: BaseHandler, scheduler: SlotScheduler, config: ExecutorConfig,
+        dead_letter: DeadLetter | None = None,
+    ) -> None:
         self.handler = handler
         self.scheduler = scheduler
         self.config = config
+        self.dead_letter = dead_letter
+        contained = containment.active()
+        self._marker = contained.task_env if contained else {}
+        if contained:
+            log.info("task processes contained", **contained.describe())
         # A plain dict, built once: posix_spawn converting os.environ (bytes-backed, decoded per
         # access) on every spawn cost about 40 us of worker CPU per task.
-        self._base_env = {**os.environ, **config.env}
+        self._base_env = task_environment(config.env_inherit, os.environ, config.env, always=self._marker)
 
-    def _env_for(self, task: ExecutorTask) -> dict[str, str] | None:
+    def _env_for(self, task: ExecutorTask) -> dict[str, str]:
         if not task.env:
             return self._base_env
-        return {**self._base_env, **task.env}
+        return task_environment((), {}, self._base_env, task.env, always=self._marker)
 
     def max_attempts(self, task: ExecutorTask) -> int:
         return task.max_attempts if task.max_attempts is not None else self.config.max_retries + 1
@@ -87,8 +103,21 @@ class TaskExecutor:
                 attempt += 1
                 continue
             if decision is ErrorAction.RETRY:
-                log.warning("retries exhausted", task_id=task.task_id, attempts=attempt, partition=partition)
+                log.warning("retries exhausted", task_id=task.task_id, attempts=attempt, partition=partition,
+                            policy=self.config.on_retries_exhausted)
+                await self._retries_exhausted(task, error, attempt, partition)
             return Failed(error), attempt
+
+    async def _retries_exhausted(self, task: ExecutorTask, error: ExecutorError, attempts: int, partition: int) -> None:
+        if self.config.on_retries_exhausted != "dlq" or self.dead_letter is None:
+            metrics.labelled(metrics.tasks, "discarded").inc()
+            return
+        failure = DeliveryError(
+            sink_name="executor", sink_type="task", error=failure_summary(task, error, attempts),
+            payloads=[dead_letter_record(task, error, attempts)], attempt=attempts, partition=partition,
+        )
+        await self.dead_letter(failure, partition)  # raises only if even the DLQ refuses it
+        metrics.labelled(metrics.tasks, "dead_lettered").inc()
 
     async def _attempt(self, task: ExecutorTask, partition: int, attempt: int) -> ExecutorResult | ExecutorError:
         if task.precomputed is not None:
@@ -122,7 +151,8 @@ class TaskExecutor:
                 return _expired(task, attempt)
             metrics.pool_active.set(self.scheduler.in_use)
             timeout = task.timeout_seconds or self.config.task_timeout_seconds
-            proc = await run_process([binary, *task.args], stdin=task.stdin, env=self._env_for(task), timeout=timeout)
+            proc = await run_process([binary, *task.args], stdin=task.stdin, env=self._env_for(task), timeout=timeout,
+                                     max_output_bytes=self.config.max_output_bytes)
         finally:
             self.scheduler.release(partition)
             metrics.pool_active.set(self.scheduler.in_use)
@@ -130,8 +160,11 @@ class TaskExecutor:
         result = ExecutorResult.model_construct(
             task=task, exit_code=proc.exit_code, stdout=proc.stdout, stderr=proc.stderr,
             duration_seconds=proc.duration_seconds, pid=proc.pid, attempt=attempt,
+            stdout_truncated=proc.stdout_truncated, stderr_truncated=proc.stderr_truncated,
         )
         metrics.task_duration.observe(proc.duration_seconds)
+        if proc.stdout_truncated or proc.stderr_truncated:
+            metrics.labelled(metrics.tasks, "output_truncated").inc()
         if proc.exit_code == 0:
             _completed.inc()
             return result
@@ -140,7 +173,8 @@ class TaskExecutor:
             return _error(task, attempt, result, pid=proc.pid, stderr=proc.stderr, exception=proc.stderr, reason="timeout")
         if proc.launch_error:
             return _error(task, attempt, result, stderr=proc.stderr, exception=proc.launch_error, reason="launch")
-        return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid)
+        return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid,
+                      stderr_truncated=proc.stderr_truncated)
 
     async def _on_error(self, task: ExecutorTask, error: ExecutorError) -> ErrorAction | list[ExecutorTask]:
         started = time.monotonic()
@@ -176,10 +210,37 @@ def _error(task: ExecutorTask, attempt: int, result: ExecutorResult | None, **fi
     return ExecutorError.model_construct(
         task=task, attempt=attempt, result=result,
         exit_code=fields.get("exit_code"), stderr=fields.get("stderr", ""), exception=fields.get("exception"),
-        pid=fields.get("pid"), reason=fields["reason"],
+        pid=fields.get("pid"), reason=fields["reason"], stderr_truncated=fields.get("stderr_truncated", False),
     )
 
 
 def _expired(task: ExecutorTask, attempt: int) -> ExecutorError:
     message = f"task expired at {task.expires_at} before it could start; it was never run"
     return _error(task, attempt, None, stderr=message, exception=message, reason="expired")
+
+
+def failure_summary(task: ExecutorTask, error: ExecutorError, attempts: int) -> str:
+    detail = error.exception or (f"exit code {error.exit_code}" if error.exit_code is not None else error.reason)
+    return f"task {task.task_id} failed for good after {attempts} attempt(s) ({error.reason}): {detail}"
+
+
+def dead_letter_record(task: ExecutorTask, error: ExecutorError, attempts: int) -> dict[str, Any]:
+    """What the DLQ keeps of a task that failed for good: enough to see why and to run it again.
+
+    The task's env and stdin stay out: env may hold credentials, stdin may be large.
+    """
+    stderr = error.stderr
+    return {
+        "task_id": task.task_id,
+        "binary_path": task.binary_path,
+        "args": task.args,
+        "source_offsets": task.source_offsets,
+        "parent_task_id": task.parent_task_id,
+        "metadata": task.metadata,
+        "reason": error.reason,
+        "exit_code": error.exit_code,
+        "exception": error.exception,
+        "stderr": stderr[:DLQ_STDERR_CHARS],
+        "stderr_truncated": error.stderr_truncated or len(stderr) > DLQ_STDERR_CHARS,
+        "attempts": attempts,
+    }
