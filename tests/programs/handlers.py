@@ -82,6 +82,7 @@ class TaggedHandler(knarr.BaseHandler[Request, None]):
 class Script(BaseModel):
     request_id: str
     script: str  # run as `/bin/sh -c SCRIPT`
+    crash: bool = False  # once the task is done, end the worker process abruptly (no cleanup at all)
 
 
 class ScriptHandler(knarr.BaseHandler[Script, None]):
@@ -98,6 +99,8 @@ class ScriptHandler(knarr.BaseHandler[Script, None]):
         ]
 
     async def on_message_complete(self, group):
+        if group.source_message.payload and group.source_message.payload.crash:
+            os._exit(70)
         results = [*group.results, *(e.result for e in group.errors if e.result is not None)]
         return TaggedHandler._output({
             "kind": "message", "offset": group.source_message.offset,

@@ -7,8 +7,8 @@ import signal
 import uuid
 
 import pytest
-
 from knarr.engine.processes import launch_problem, run_process, seal_inherited_fds
+
 from tests.worker.harness import BEHAVE
 
 
@@ -307,3 +307,8 @@ async def test_a_task_that_keeps_printing_never_grows_its_output_file_far_past_t
     out = run.result()
     assert out.exit_code == 0 and out.stdout_truncated and len(out.stdout) == 65536
     assert 0 < largest <= 65536 + 8 * 1048576
+
+
+async def test_arguments_over_the_kernels_limit_are_a_launch_error_that_says_what_to_do():
+    out = await run_process(["echo", "x" * 200_000] * 20, stdin=None, env=None, timeout=10)
+    assert "Argument list too long" in out.launch_error and "pass bulk data on stdin" in out.launch_error

@@ -20,6 +20,8 @@ import pytest
 from tests.services.kafka import committed_offsets, consume_all, create_topic, produce_json, unique_name
 from tests.worker.procs import SCRIPT_HANDLER, WorkerFleet, WorkerSpec, processes_gone, processes_with, wait_until
 
+pytestmark = pytest.mark.kafka
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
 
@@ -111,6 +113,19 @@ def test_sigkill_of_the_worker_leaves_no_task_process_behind(fleet_for, task_cgr
     assert survivors == []
     if expect_cgroup:
         wait_until(lambda: not Path(contained["cgroup"]).exists(), 10, "the guard to remove the worker's cgroup")
+
+
+def test_a_worker_that_crashes_leaves_no_task_process_behind(fleet_for):
+    fleet, spec = fleet_for()
+    marker = _sleep_marker()
+    worker = fleet.start("w", handler=SCRIPT_HANDLER)
+    worker.wait_consuming()
+    started = fleet.workdir / f"detached-{marker}"
+    produce_json(spec.brokers, spec.topic, [{"request_id": "crash", "crash": True,
+                                             "script": _detaching_script(marker, started)}])
+    assert worker.proc.wait(timeout=60) == 70  # the handler ended the process with no cleanup
+    assert started.exists()
+    assert processes_gone(marker, timeout=10) == []
 
 
 def test_the_worker_itself_kills_detached_processes_when_it_stops(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -155,7 +156,7 @@ async def test_a_task_sees_path_but_not_the_workers_secrets(tmp_path, monkeypatc
     await run_messages(memory_config(tmp_path), handler)
     [result] = handler.results
     path, dsn, password, from_task = result.stdout.split("\n")[:4]
-    assert path and path == __import__("os").environ["PATH"]
+    assert path and path == os.environ["PATH"]
     assert (dsn, password, from_task) == ("", "", "task-value")
 
 

@@ -246,6 +246,8 @@ def reap_detached(leaders: set[int] | dict[int, object]) -> None:
 
     ``leaders`` are the task processes whose runners will reap them; other children in the
     worker's own session belong to someone else (a hook's subprocess) and are theirs to reap.
+    A hook's subprocess started in a new session looks detached and may be reaped here; its
+    owner then sees no exit status (subprocess reports 0).
     """
     session = os.getsid(0)
     while True:

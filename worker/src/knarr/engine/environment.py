@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+
 def inherited(names: Iterable[str], worker_env: Mapping[str, str]) -> dict[str, str]:
     """The worker's variables that ``names`` allow, exact names or ``PREFIX*`` patterns."""
     exact = {n for n in names if not n.endswith("*")}

@@ -29,6 +29,7 @@ missing binary: bad input fails its task, never the worker.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import time
@@ -149,9 +150,17 @@ def launch_problem(argv: Sequence[object], env: Mapping[object, object] | None, 
     return None
 
 
-def _launch_failure(argv: list[str], reason: str, started: float, *, missing: bool = False) -> ProcessOutcome:
-    hint = "; check executor.binary_path or the task's binary_path" if missing else ""
-    message = f"cannot start {_shown(str(argv[0]))}: {reason}{hint}"
+def _spawn_error(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR):
+        return f"{reason}; check executor.binary_path or the task's binary_path"
+    if exc.errno == errno.E2BIG:
+        return f"{reason}: the arguments and environment together are over the kernel's limit; pass bulk data on stdin"
+    return reason
+
+
+def _launch_failure(argv: list[str], reason: str, started: float) -> ProcessOutcome:
+    message = f"cannot start {_shown(str(argv[0]))}: {reason}"
     return ProcessOutcome(-1, "", message, None, round(time.monotonic() - started, 3), launch_error=message)
 
 
@@ -173,7 +182,7 @@ async def run_process(
             out, err = streams
             pid = _spawn(argv, stdin, env, out.fd, err.fd)
         except OSError as exc:
-            return _launch_failure(argv, exc.strerror or str(exc), started, missing=True)
+            return _launch_failure(argv, _spawn_error(exc), started)
         except (ValueError, TypeError) as exc:  # exec refused the arguments themselves (e.g. a NUL byte)
             return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
         _leaders.add(pid)
