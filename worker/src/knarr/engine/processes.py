@@ -18,7 +18,8 @@ callbacks. Without stdin data the child reads /dev/null.
 
 When the pidfd fires, the group is swept (the exited leader is not reaped yet, so its id
 still names our group) and the leader is reaped. A timeout only kills the group; the pidfd
-then fires and the same path finishes. On cancellation the group is killed and the leader
+then fires and the same path finishes. One timer per task serves both the deadline and the
+output cap's checks. On cancellation the group is killed and the leader
 reaped at once, which is quick since it was sent SIGKILL.
 
 Arguments, environment and stdin that exec cannot take (a NUL byte in an argument taken from
@@ -201,28 +202,34 @@ async def run_process(
             if not exited.done():  # the task may have been cancelled while the exit was pending
                 exited.set_result(None)
 
-        def expire() -> None:
-            nonlocal timed_out
-            if not exited.done():
+        deadline = loop.time() + timeout
+
+        def schedule(delay: float) -> asyncio.TimerHandle:
+            at = loop.time() + delay
+            if at >= deadline:
+                return loop.call_at(deadline, tick, delay, True)
+            return loop.call_at(at, tick, delay, False)
+
+        def tick(delay: float, expired: bool) -> None:
+            """One timer per task does both: keep the output to its cap, and enforce the deadline."""
+            nonlocal timed_out, timer
+            if exited.done():
+                return
+            if expired:
                 timed_out = True
                 _kill_group(pid)  # the pidfd fires once the leader is dead; on_exit finishes
-
-        def limit_output(delay: float) -> None:
-            nonlocal check
+                return
             grew = out.limit() | err.limit()
-            delay = next_check_delay(delay, grew)
-            check = loop.call_later(delay, limit_output, delay)
+            timer = schedule(next_check_delay(delay, grew))
 
         loop.add_reader(pidfd, on_exit)
-        deadline = loop.call_later(timeout, expire)
-        check = loop.call_later(FIRST_CHECK_SECONDS, limit_output, FIRST_CHECK_SECONDS)
+        timer = schedule(FIRST_CHECK_SECONDS)
         try:
             await exited
         finally:
             # Normally the leader has exited: this sweeps its stragglers. Cancelled (shutdown):
             # this kills the tree, and the blocking waitpid returns as soon as SIGKILL lands.
-            deadline.cancel()
-            check.cancel()
+            timer.cancel()
             loop.remove_reader(pidfd)
             os.close(pidfd)
             _kill_group(pid)
