@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from knarr.engine.capture import FIRST_CHECK_SECONDS, LAST_CHECK_SECONDS, decode_head, next_check_delay
+from knarr.engine.capture import (
+    FAST_GROWTH_BYTES,
+    FIRST_CHECK_SECONDS,
+    LAST_CHECK_SECONDS,
+    decode_head,
+    next_check_delay,
+)
 
 
-def test_output_that_grew_is_checked_again_soon():
-    assert next_check_delay(0.64, grew=True) == FIRST_CHECK_SECONDS
+def test_output_flooding_in_is_checked_again_soon():
+    assert next_check_delay(0.64, grown=FAST_GROWTH_BYTES) == FIRST_CHECK_SECONDS
 
 
-def test_quiet_output_is_checked_ever_less_often_up_to_a_limit():
+def test_quiet_or_trickling_output_is_checked_ever_less_often_up_to_a_limit():
     delays = [FIRST_CHECK_SECONDS]
-    for _ in range(10):
-        delays.append(next_check_delay(delays[-1], grew=False))
-    assert delays[:3] == [0.02, 0.04, 0.08]
+    for grown in [0, 80, 0, 4096, 0, 0, 0, 0, 0, 0, 0, 0]:
+        delays.append(next_check_delay(delays[-1], grown))
+    assert delays[:4] == [0.005, 0.01, 0.02, 0.04]
     assert delays[-1] == LAST_CHECK_SECONDS
 
 

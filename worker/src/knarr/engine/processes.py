@@ -219,8 +219,8 @@ async def run_process(
                 timed_out = True
                 _kill_group(pid)  # the pidfd fires once the leader is dead; on_exit finishes
                 return
-            grew = out.limit() | err.limit()
-            timer = schedule(next_check_delay(delay, grew))
+            grown = out.limit() + err.limit()
+            timer = schedule(next_check_delay(delay, grown))
 
         loop.add_reader(pidfd, on_exit)
         timer = schedule(FIRST_CHECK_SECONDS)
