@@ -164,7 +164,7 @@ class TaskExecutor:
         )
         metrics.task_duration.observe(proc.duration_seconds)
         if proc.stdout_truncated or proc.stderr_truncated:
-            metrics.labelled(metrics.tasks, "output_truncated").inc()
+            metrics.task_output_truncated.inc()
         if proc.exit_code == 0:
             _completed.inc()
             return result
