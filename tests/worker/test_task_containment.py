@@ -178,3 +178,25 @@ def test_four_tasks_printing_50_mb_each_keep_the_workers_peak_memory_bounded(fle
           f"(+{growth_mib:.0f} MiB)")
     # Each task holds at most its kept head as text, plus one read buffer of the same size.
     assert growth_mib < 4 * 2 * cap / MIB + 16
+
+
+def test_a_guard_killed_from_outside_is_reaped_and_reported():
+    program = """
+import asyncio, os, signal, time
+from knarr.engine.containment import contain_tasks
+from knarr.engine.processes import run_process
+
+with contain_tasks(use_cgroup=False) as contained:
+    guard = contained.guard_pid
+    os.kill(guard, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while open(f"/proc/{guard}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the guard did not die"
+        time.sleep(0.01)  # pacing the /proc poll, bounded by the deadline
+    asyncio.run(run_process(["true"], stdin=None, env=None, timeout=10))
+    print(os.path.exists(f"/proc/{guard}"), contained.guard_pid)
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "the task guard exited" in done.stdout
+    assert done.stdout.splitlines()[-1] == "False None"

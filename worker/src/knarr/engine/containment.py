@@ -257,6 +257,11 @@ def reap_detached(leaders: set[int] | dict[int, object]) -> None:
             return
         if info is None or info.si_pid == 0 or info.si_pid in leaders:
             return
+        if _active is not None and info.si_pid == _active.guard_pid:
+            os.waitpid(info.si_pid, os.WNOHANG)  # killed by someone: reaped, or it would hide the others
+            _active.guard_pid = None
+            log.warning("the task guard exited; a task that detached survives a worker killed by SIGKILL")
+            continue
         try:
             with open(f"/proc/{info.si_pid}/stat") as fh:
                 _, _, sid = stat_fields(fh.read())
