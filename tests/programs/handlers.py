@@ -77,3 +77,34 @@ class TaggedHandler(knarr.BaseHandler[Request, None]):
     @staticmethod
     def _output(data: dict) -> knarr.CollectResult:
         return knarr.CollectResult(kafka=[knarr.KafkaPayload(data=data, key=str(data.get("request_id")).encode())])
+
+
+class Script(BaseModel):
+    request_id: str
+    script: str  # run as `/bin/sh -c SCRIPT`
+    crash: bool = False  # once the task is done, end the worker process abruptly (no cleanup at all)
+
+
+class ScriptHandler(knarr.BaseHandler[Script, None]):
+    """One message -> one `/bin/sh -c SCRIPT` task -> one small summary (exit code, output sizes, truncation).
+
+    The summary never carries the output itself, so a task may print far more than a Kafka record holds.
+    """
+
+    async def arrange(self, messages, pending):
+        return [
+            knarr.ExecutorTask(binary_path="/bin/sh", args=["-c", msg.payload.script], source_offsets=[msg.offset],
+                               metadata={"request_id": msg.payload.request_id})
+            for msg in messages if msg.payload is not None
+        ]
+
+    async def on_message_complete(self, group):
+        if group.source_message.payload and group.source_message.payload.crash:
+            os._exit(70)
+        results = [*group.results, *(e.result for e in group.errors if e.result is not None)]
+        return TaggedHandler._output({
+            "kind": "message", "offset": group.source_message.offset,
+            "request_id": group.source_message.payload.request_id if group.source_message.payload else None,
+            "exit_codes": [r.exit_code for r in results], "stdout_bytes": [len(r.stdout) for r in results],
+            "stdout_truncated": [r.stdout_truncated for r in results],
+        })

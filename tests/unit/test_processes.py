@@ -7,8 +7,8 @@ import signal
 import uuid
 
 import pytest
+from knarr.engine.processes import launch_problem, run_process, seal_inherited_fds
 
-from knarr.engine.processes import seal_inherited_fds, run_process
 from tests.worker.harness import BEHAVE
 
 
@@ -224,3 +224,91 @@ async def test_no_descriptor_is_left_open_whatever_the_outcome(tmp_path):
     with pytest.raises(asyncio.CancelledError):
         await task
     assert open_fds() == before
+
+
+# --- arguments exec cannot take --------------------------------------------------------------------
+async def test_a_nul_byte_in_an_argument_is_a_launch_error_naming_the_argument():
+    out = await run_process(["echo", "fine", "grep\0pattern"], stdin=None, env=None, timeout=10)
+    assert out.exit_code == -1 and out.pid is None
+    assert out.launch_error.startswith("cannot start 'echo': argument 2 ('grep\\x00pattern') contains a NUL byte at position 4")
+
+
+async def test_an_environment_name_with_an_equals_sign_is_a_launch_error_that_does_not_show_values():
+    out = await run_process(["true"], stdin=None, env={"PATH": os.environ["PATH"], "A=B": "s3cret"}, timeout=10)
+    assert "environment variable name 'A=B' is empty or contains '='" in out.launch_error
+    assert "s3cret" not in out.launch_error
+
+
+async def test_a_nul_byte_in_an_environment_value_is_a_launch_error_naming_the_variable_only():
+    out = await run_process(["true"], stdin=None, env={"TOKEN": "s3c\0ret"}, timeout=10)
+    assert "environment variable TOKEN contains a NUL byte" in out.launch_error
+    assert "s3c" not in out.launch_error
+
+
+async def test_stdin_that_cannot_be_encoded_is_a_launch_error():
+    out = await run_process(["cat"], stdin="lone \ud800 surrogate", env=None, timeout=10)
+    assert "stdin holds a character that cannot be encoded" in out.launch_error
+
+
+async def test_a_nul_byte_on_stdin_is_data_and_reaches_the_process():
+    out = await run_process(["wc", "-c"], stdin="a\0b", env=None, timeout=10)
+    assert out.exit_code == 0 and out.stdout.strip() == "3"
+
+
+def test_launch_problem_names_a_non_text_argument_by_its_position():
+    assert launch_problem(["tool", "ok", 3], None).startswith("argument 2 ('3') is a int, not text")
+
+
+def test_launch_problem_finds_nothing_wrong_with_ordinary_arguments():
+    assert launch_problem(["tool", "héllo", ""], {"PATH": "/bin"}, "data\0more") is None
+
+
+# --- output kept to max_output_bytes ---------------------------------------------------------------
+async def test_stdout_beyond_the_cap_is_cut_to_its_head_and_flagged():
+    out = await run_process(["sh", "-c", "printf start; head -c 5000000 /dev/zero"], stdin=None, env=None,
+                            timeout=10, max_output_bytes=1000)
+    assert out.exit_code == 0
+    assert out.stdout_truncated and not out.stderr_truncated
+    assert len(out.stdout) == 1000 and out.stdout.startswith("start\0")
+
+
+async def test_output_of_exactly_the_cap_is_not_flagged_as_truncated():
+    out = await run_process(["head", "-c", "1000", "/dev/zero"], stdin=None, env=None, timeout=10, max_output_bytes=1000)
+    assert len(out.stdout) == 1000 and not out.stdout_truncated
+
+
+async def test_stderr_is_capped_on_its_own():
+    out = await run_process(["sh", "-c", "echo short; head -c 3000 /dev/zero >&2"], stdin=None, env=None,
+                            timeout=10, max_output_bytes=1024)
+    assert (out.stdout, out.stdout_truncated) == ("short\n", False)
+    assert len(out.stderr) == 1024 and out.stderr_truncated
+
+
+async def test_a_task_that_keeps_printing_never_grows_its_output_file_far_past_the_cap():
+    import asyncio
+
+    def memfd_sizes() -> list[int]:
+        sizes = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:knarr-stdout"):
+                    sizes.append(os.stat(f"/proc/self/fd/{fd}").st_size)
+            except OSError:
+                pass
+        return sizes
+
+    # 40 MiB in 1 MiB bursts, 20 ms apart: unchecked, the memfd would end at 40 MiB.
+    script = "for i in $(seq 40); do head -c 1048576 /dev/zero; sleep 0.02; done"
+    run = asyncio.create_task(run_process(["sh", "-c", script], stdin=None, env=None, timeout=30, max_output_bytes=65536))
+    largest = 0
+    while not run.done():
+        largest = max([largest, *memfd_sizes()])
+        await asyncio.sleep(0.005)  # sampling pace, not synchronisation: the loop ends when the run does
+    out = run.result()
+    assert out.exit_code == 0 and out.stdout_truncated and len(out.stdout) == 65536
+    assert 0 < largest <= 65536 + 8 * 1048576
+
+
+async def test_arguments_over_the_kernels_limit_are_a_launch_error_that_says_what_to_do():
+    out = await run_process(["echo", "x" * 200_000] * 20, stdin=None, env=None, timeout=10)
+    assert "Argument list too long" in out.launch_error and "pass bulk data on stdin" in out.launch_error

@@ -28,6 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BEHAVE = REPO_ROOT / "tests" / "programs" / "behave"
 HANDLERS = REPO_ROOT / "tests" / "programs" / "handlers.py"
 TAGGED_HANDLER = f"{HANDLERS}:TaggedHandler"
+SCRIPT_HANDLER = f"{HANDLERS}:ScriptHandler"
 MARKER_ENV = "HANDLER_TEST_MARKER"  # tests/programs/handlers.py reads it
 KNARR = Path(sys.executable).parent / "knarr"  # the console script of this environment
 
@@ -68,6 +69,7 @@ class WorkerSpec:
     heartbeat_interval_ms: int = 1_000
     log_level: str = "WARNING"
     kafka_extra: dict[str, Any] = field(default_factory=dict)
+    executor_extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def backpressure_high(self) -> int:
@@ -89,6 +91,7 @@ class WorkerSpec:
                 "backpressure_high_multiplier": self.backpressure_high_multiplier,
                 "backpressure_low_multiplier": self.backpressure_low_multiplier,
                 "drain_timeout_seconds": self.drain_timeout_seconds, "task_timeout_seconds": 30,
+                **self.executor_extra,
             },
             "sinks": {"kafka": {"out": {"topic": self.output_topic}}},
             "metrics": {"enabled": True, "port": metrics_port},
@@ -169,11 +172,11 @@ class WorkerProcess:
                 out[key] = float(value)
         return out
 
-    def rss_kb(self) -> int | None:
-        """Resident set size from /proc/<pid>/status (VmRSS), None once the process is gone."""
+    def rss_kb(self, field: str = "VmRSS") -> int | None:
+        """Resident set size from /proc/<pid>/status (VmRSS; VmHWM for the peak so far), None once the process is gone."""
         try:
             for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1])
         except (FileNotFoundError, ProcessLookupError):
             return None
@@ -224,8 +227,8 @@ class WorkerFleet:
         self.marker = marker
         self.workers: list[WorkerProcess] = []
 
-    def start(self, name: str, spec: WorkerSpec | None = None) -> WorkerProcess:
-        worker = WorkerProcess(name, spec or self.spec, self.workdir, self.marker)
+    def start(self, name: str, spec: WorkerSpec | None = None, handler: str = TAGGED_HANDLER) -> WorkerProcess:
+        worker = WorkerProcess(name, spec or self.spec, self.workdir, self.marker, handler)
         self.workers.append(worker.start())
         return worker
 

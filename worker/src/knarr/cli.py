@@ -12,6 +12,7 @@ from knarr.config.root import CONFIG_PATH_ENV
 
 
 def _run(args: argparse.Namespace) -> int:
+    from knarr.engine.containment import contain_tasks
     from knarr.loader import HandlerLoadError, load_handler_class
     from knarr.engine.worker import Worker
     from knarr.sinks.base import SinkConnectError
@@ -28,7 +29,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         worker = Worker(config, handler_cls())
         worker.hard_deadline = True  # a process of its own: a shutdown that overruns its deadline exits
-        return asyncio.run(worker.run())
+        # This process is the worker's own: it may become the subreaper and cgroup of its tasks.
+        with contain_tasks(config.executor.task_cgroup):
+            return asyncio.run(worker.run())
     except ConfigError as exc:
         print(f"knarr run: {exc}", file=sys.stderr)
         return 2

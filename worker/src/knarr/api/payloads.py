@@ -109,3 +109,4 @@ class DeliveryError(BaseModel):
     partition: int | None = None
     offsets: list[int] = Field(default_factory=list)  # the source messages the payloads derive from
     keys: list[bytes | None] = Field(default_factory=list)
+    task: dict[str, Any] | None = None  # what a task that failed for good was (never its env or stdin)

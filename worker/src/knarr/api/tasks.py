@@ -62,6 +62,8 @@ class ExecutorResult(BaseModel):
     duration_seconds: float = 0.0
     pid: int | None = None
     attempt: int = 1
+    stdout_truncated: bool = False  # more than executor.max_output_bytes was printed: stdout holds the head
+    stderr_truncated: bool = False
 
 
 class ExecutorError(BaseModel):
@@ -75,6 +77,7 @@ class ExecutorError(BaseModel):
     reason: str = "failed"  # failed | timeout | launch | expired | hook
     attempt: int = 1
     result: ExecutorResult | None = None
+    stderr_truncated: bool = False
 
 
 class ErrorAction(str, enum.Enum):

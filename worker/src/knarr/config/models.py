@@ -6,11 +6,14 @@ generated from these models; a test fails when they drift.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _IDENT = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MIB = 1024 * 1024
 
 
 class Section(BaseModel):
@@ -58,6 +61,26 @@ class ExecutorConfig(Section):
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables added to every subprocess (tasks may add their own).")
     max_tasks_per_window: int = Field(10_000, ge=1, le=1_000_000, description="Most tasks one arrange() call may return; a larger result is refused and the window dead-lettered instead of buffered.")
     on_retries_exhausted: Literal["dlq", "discard"] = Field("dlq", description="A task whose on_error asked for RETRY and that has no attempt left: dead-letter its source messages (dlq) or count it as failed only (discard).")
+    env_inherit: list[str] = Field(
+        default_factory=lambda: ["PATH", "HOME", "LANG", "LC_*", "TZ", "TMPDIR"],
+        description="The worker's environment variables a subprocess inherits (a trailing * matches a prefix); no other worker variable — sink credentials included — reaches a task.",
+    )
+    max_output_bytes: int = Field(8 * _MIB, ge=1024, le=256 * _MIB, description="Most bytes of stdout and of stderr kept per task (the head); the rest is dropped and the result's stdout_truncated / stderr_truncated say so.")
+    task_cgroup: bool = Field(True, description="knarr run moves itself into a cgroup v2 of its own where the hierarchy is writable, so every process a task starts (detached or not) dies with the worker.")
+
+    @field_validator("env", "env_inherit")
+    @classmethod
+    def _env_names(cls, value: dict[str, str] | list[str], info) -> dict[str, str] | list[str]:
+        for name in value:
+            pattern = name[:-1] if info.field_name == "env_inherit" and name.endswith("*") else name
+            if name == "*" and info.field_name == "env_inherit":
+                continue  # everything: the old, leaky behaviour, for who really wants it
+            if not _ENV_NAME.match(pattern):
+                raise ValueError(
+                    f"{name!r} is not an environment variable name: use letters, digits and _, not starting with a digit"
+                    + (" (a trailing * matches a prefix)" if info.field_name == "env_inherit" else "")
+                )
+        return value
 
     @model_validator(mode="after")
     def _low_below_high(self) -> ExecutorConfig:

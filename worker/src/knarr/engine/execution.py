@@ -13,7 +13,9 @@ import time
 from knarr.api.handler import BaseHandler
 from knarr.api.tasks import ErrorAction, ExecutorError, ExecutorResult, ExecutorTask
 from knarr.config.models import ExecutorConfig
+from knarr.engine import containment
 from knarr.engine.backoff import is_expired, retry_delay, start_time
+from knarr.engine.environment import task_environment
 from knarr.engine.hooks import call_hook, call_sync_hook
 from knarr.engine.ledger import Failed, Outcome, Replaced, Succeeded
 from knarr.engine.processes import run_process
@@ -33,14 +35,18 @@ class TaskExecutor:
         self.handler = handler
         self.scheduler = scheduler
         self.config = config
+        contained = containment.active()
+        self._marker = contained.task_env if contained else {}
+        if contained:
+            log.info("task processes contained", **contained.describe())
         # A plain dict, built once: posix_spawn converting os.environ (bytes-backed, decoded per
         # access) on every spawn cost about 40 us of worker CPU per task.
-        self._base_env = {**os.environ, **config.env}
+        self._base_env = task_environment(config.env_inherit, os.environ, config.env, always=self._marker)
 
-    def _env_for(self, task: ExecutorTask) -> dict[str, str] | None:
+    def _env_for(self, task: ExecutorTask) -> dict[str, str]:
         if not task.env:
             return self._base_env
-        return {**self._base_env, **task.env}
+        return task_environment((), {}, self._base_env, task.env, always=self._marker)
 
     def max_attempts(self, task: ExecutorTask) -> int:
         return task.max_attempts if task.max_attempts is not None else self.config.max_retries + 1
@@ -107,7 +113,8 @@ class TaskExecutor:
                 return _expired(task, attempt)
             metrics.pool_active.set(self.scheduler.in_use)
             timeout = task.timeout_seconds or self.config.task_timeout_seconds
-            proc = await run_process([binary, *task.args], stdin=task.stdin, env=self._env_for(task), timeout=timeout)
+            proc = await run_process([binary, *task.args], stdin=task.stdin, env=self._env_for(task), timeout=timeout,
+                                     max_output_bytes=self.config.max_output_bytes)
         finally:
             self.scheduler.release(partition)
             metrics.pool_active.set(self.scheduler.in_use)
@@ -115,8 +122,11 @@ class TaskExecutor:
         result = ExecutorResult.model_construct(
             task=task, exit_code=proc.exit_code, stdout=proc.stdout, stderr=proc.stderr,
             duration_seconds=proc.duration_seconds, pid=proc.pid, attempt=attempt,
+            stdout_truncated=proc.stdout_truncated, stderr_truncated=proc.stderr_truncated,
         )
         metrics.task_duration.observe(proc.duration_seconds)
+        if proc.stdout_truncated or proc.stderr_truncated:
+            metrics.task_output_truncated.inc()
         if proc.exit_code == 0:
             _completed.inc()
             return result
@@ -125,7 +135,8 @@ class TaskExecutor:
             return _error(task, attempt, result, pid=proc.pid, stderr=proc.stderr, exception=proc.stderr, reason="timeout")
         if proc.launch_error:
             return _error(task, attempt, result, stderr=proc.stderr, exception=proc.launch_error, reason="launch")
-        return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid)
+        return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid,
+                      stderr_truncated=proc.stderr_truncated)
 
     async def _on_error(self, task: ExecutorTask, error: ExecutorError) -> ErrorAction | list[ExecutorTask]:
         called = await call_hook("on_error", self.handler.on_error, task, error, log=log, task_id=task.task_id)
@@ -156,7 +167,7 @@ def _error(task: ExecutorTask, attempt: int, result: ExecutorResult | None, **fi
     return ExecutorError.model_construct(
         task=task, attempt=attempt, result=result,
         exit_code=fields.get("exit_code"), stderr=fields.get("stderr", ""), exception=fields.get("exception"),
-        pid=fields.get("pid"), reason=fields["reason"],
+        pid=fields.get("pid"), reason=fields["reason"], stderr_truncated=fields.get("stderr_truncated", False),
     )
 
 

@@ -161,6 +161,7 @@ class DeadLetter:
     messages: list[SourceMessage]
     holds: list[Group] = field(default_factory=list)
     task: ExecutorTask | None = None
+    error: ExecutorError | None = None  # the task's last failure, for stage "task"
 
 
 Effect = RunTask | CloseGroup | FinishWindow | DeadLetter
@@ -271,7 +272,8 @@ class Ledger:
                 # Its groups wait for the dead letter, so their offsets cannot complete first.
                 letter = DeadLetter("task", f"retries exhausted after {outcome.error.attempt} attempt(s): "
                                     f"{_error_text(outcome.error)}", [g.message for g in run.groups],
-                                    holds=[g for g in run.groups if g.state is GroupState.OPEN], task=run.task)
+                                    holds=[g for g in run.groups if g.state is GroupState.OPEN], task=run.task,
+                                    error=outcome.error)
                 for group in letter.holds:
                     group.open_tasks += 1  # held open by the letter, released in dead_lettered()
                 effects.append(letter)

@@ -10,26 +10,41 @@ under the hood, no page-table copy) and a pidfd that becomes readable when the c
 
 The child's stdout and stderr are memfds (anonymous in-memory files), not pipes. Nobody has
 to drain them while the task runs, so the pidfd is the only thing registered with the event
-loop (one registration per task instead of three) and the output is read once, in one go,
-when the task has ended. Likewise stdin data is written into a memfd before the spawn and
+loop (one registration per task instead of three) and the output is read once, when the task
+has ended — at most ``max_output_bytes`` of each stream, which also bounds the memfds while
+the task runs (capture.py). Likewise stdin data is written into a memfd before the spawn and
 the child gets it as a regular file already rewound to the start: no pipe, no writer
 callbacks. Without stdin data the child reads /dev/null.
 
 When the pidfd fires, the group is swept (the exited leader is not reaped yet, so its id
 still names our group) and the leader is reaped. A timeout only kills the group; the pidfd
-then fires and the same path finishes. On cancellation the group is killed and the leader
+then fires and the same path finishes. One timer per task serves both the deadline and the
+output cap's checks. On cancellation the group is killed and the leader
 reaped at once, which is quick since it was sent SIGKILL.
+
+Arguments, environment and stdin that exec cannot take (a NUL byte in an argument taken from
+a message, a name with '=') fail the task as a ``launch`` error naming the culprit, like a
+missing binary: bad input fails its task, never the worker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from knarr.engine import containment
+from knarr.engine.capture import FIRST_CHECK_SECONDS, CapturedStream, next_check_delay
+
 _STDIN_DEVNULL = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
+DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
+
+# Task processes started and not yet reaped by their runner (detached orphans are not here).
+_leaders: set[int] = set()
 
 
 @dataclass(slots=True)
@@ -41,6 +56,8 @@ class ProcessOutcome:
     duration_seconds: float
     timed_out: bool = False
     launch_error: str | None = None
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
 
 
 def seal_inherited_fds() -> None:
@@ -88,46 +105,95 @@ def _spawn(argv: list[str], stdin: str | None, env: dict[str, str] | None, out: 
             os.close(inp)  # the child has its own descriptor for it
 
 
-def _read_all(fd: int) -> str:
-    size = os.fstat(fd).st_size
-    if not size:
-        return ""
-    chunks, offset = [], 0
-    while offset < size:
-        chunk = os.pread(fd, size - offset, offset)
-        if not chunk:
-            break  # shrunk under us: a descendant that left the group truncated it
-        chunks.append(chunk)
-        offset += len(chunk)
-    return b"".join(chunks).decode("utf-8", errors="replace")
+def _shown(value: str, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
 
 
-def _launch_failure(argv: list[str], exc: OSError, started: float) -> ProcessOutcome:
+def _text_problem(value: object) -> str | None:
+    if not isinstance(value, str):
+        return f"is a {type(value).__name__}, not text"
+    nul = value.find("\0")
+    if nul >= 0:
+        return f"contains a NUL byte at position {nul}"
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError as exc:
+        return f"holds a character that cannot be encoded ({exc.reason}) at position {exc.start}"
+    return None
+
+
+def launch_problem(argv: Sequence[object], env: Mapping[object, object] | None, stdin: object = None) -> str | None:
+    """Why exec cannot take these arguments, environment or stdin — naming which one — or None.
+
+    exec takes C strings: no NUL bytes, environment names without '='. Checked only once a
+    spawn has refused them, so the common path pays nothing.
+    """
+    for index, arg in enumerate(argv):
+        problem = _text_problem(arg)
+        if problem:
+            what = f"the binary path {_shown(str(arg))}" if index == 0 else f"argument {index} ({_shown(str(arg))})"
+            return f"{what} {problem}; arguments must be text without NUL bytes (escape or drop them in arrange())"
+    for name, value in (env or {}).items():
+        problem = _text_problem(name)
+        if problem is None and (not name or "=" in name):
+            problem = "is empty or contains '='"
+        if problem:
+            return f"environment variable name {_shown(str(name))} {problem}; check executor.env and the task's env"
+        problem = _text_problem(value)
+        if problem:
+            return f"environment variable {name} {problem}; check executor.env and the task's env"
+    if isinstance(stdin, str):  # NUL bytes are fine on stdin: it is data, not a C string
+        try:
+            stdin.encode()
+        except UnicodeEncodeError as exc:
+            return f"stdin holds a character that cannot be encoded ({exc.reason}) at position {exc.start}"
+    return None
+
+
+def _spawn_error(exc: OSError) -> str:
     reason = exc.strerror or str(exc)
-    message = f"cannot start {argv[0]!r}: {reason}; check executor.binary_path or the task's binary_path"
+    if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR):
+        return f"{reason}; check executor.binary_path or the task's binary_path"
+    if exc.errno == errno.E2BIG:
+        return f"{reason}: the arguments and environment together are over the kernel's limit; pass bulk data on stdin"
+    return reason
+
+
+def _launch_failure(argv: list[str], reason: str, started: float) -> ProcessOutcome:
+    message = f"cannot start {_shown(str(argv[0]))}: {reason}"
     return ProcessOutcome(-1, "", message, None, round(time.monotonic() - started, 3), launch_error=message)
 
 
+def _refused(argv: list[str], env: Mapping[str, str] | None, stdin: str | None, exc: Exception) -> str:
+    return launch_problem(argv, env, stdin) or f"{type(exc).__name__}: {exc}"
+
+
 async def run_process(
-    argv: list[str], *, stdin: str | None, env: dict[str, str] | None, timeout: float
+    argv: list[str], *, stdin: str | None, env: dict[str, str] | None, timeout: float,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
 ) -> ProcessOutcome:
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    memfds: list[int] = []
+    streams: list[CapturedStream] = []
     try:
         try:
-            memfds.append(os.memfd_create("knarr-stdout", os.MFD_CLOEXEC))
-            memfds.append(os.memfd_create("knarr-stderr", os.MFD_CLOEXEC))
-            out, err = memfds
-            pid = _spawn(argv, stdin, env, out, err)
+            streams.append(CapturedStream("knarr-stdout", max_output_bytes))
+            streams.append(CapturedStream("knarr-stderr", max_output_bytes))
+            out, err = streams
+            pid = _spawn(argv, stdin, env, out.fd, err.fd)
         except OSError as exc:
-            return _launch_failure(argv, exc, started)
+            return _launch_failure(argv, _spawn_error(exc), started)
+        except (ValueError, TypeError) as exc:  # exec refused the arguments themselves (e.g. a NUL byte)
+            return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
+        _leaders.add(pid)
         try:
             pidfd = os.pidfd_open(pid)
         except OSError as exc:
             _kill_group(pid)
             os.waitpid(pid, 0)
-            return _launch_failure(argv, exc, started)
+            _leaders.discard(pid)
+            return _launch_failure(argv, exc.strerror or str(exc), started)
 
         exited: asyncio.Future[None] = loop.create_future()
         timed_out = False
@@ -136,29 +202,48 @@ async def run_process(
             if not exited.done():  # the task may have been cancelled while the exit was pending
                 exited.set_result(None)
 
-        def expire() -> None:
-            nonlocal timed_out
-            if not exited.done():
+        deadline = loop.time() + timeout
+
+        def schedule(delay: float) -> asyncio.TimerHandle:
+            at = loop.time() + delay
+            if at >= deadline:
+                return loop.call_at(deadline, tick, delay, True)
+            return loop.call_at(at, tick, delay, False)
+
+        def tick(delay: float, expired: bool) -> None:
+            """One timer per task does both: keep the output to its cap, and enforce the deadline."""
+            nonlocal timed_out, timer
+            if exited.done():
+                return
+            if expired:
                 timed_out = True
                 _kill_group(pid)  # the pidfd fires once the leader is dead; on_exit finishes
+                return
+            grown = out.limit() + err.limit()
+            timer = schedule(next_check_delay(delay, grown))
 
         loop.add_reader(pidfd, on_exit)
-        deadline = loop.call_later(timeout, expire)
+        timer = schedule(FIRST_CHECK_SECONDS)
         try:
             await exited
         finally:
             # Normally the leader has exited: this sweeps its stragglers. Cancelled (shutdown):
             # this kills the tree, and the blocking waitpid returns as soon as SIGKILL lands.
-            deadline.cancel()
+            timer.cancel()
             loop.remove_reader(pidfd)
             os.close(pidfd)
             _kill_group(pid)
             _, status = os.waitpid(pid, 0)
+            _leaders.discard(pid)
+            if containment.active() is not None:
+                containment.reap_detached(_leaders)
         duration = round(time.monotonic() - started, 3)
+        stdout = out.read()
         if timed_out:
-            return ProcessOutcome(-1, _read_all(out), f"task timed out after {timeout:g}s; its process group was killed",
-                                  pid, duration, timed_out=True)
-        return ProcessOutcome(os.waitstatus_to_exitcode(status), _read_all(out), _read_all(err), pid, duration)
+            return ProcessOutcome(-1, stdout, f"task timed out after {timeout:g}s; its process group was killed",
+                                  pid, duration, timed_out=True, stdout_truncated=out.truncated)
+        return ProcessOutcome(os.waitstatus_to_exitcode(status), stdout, err.read(), pid, duration,
+                              stdout_truncated=out.truncated, stderr_truncated=err.truncated)
     finally:
-        for fd in memfds:
-            os.close(fd)
+        for stream in streams:
+            stream.close()

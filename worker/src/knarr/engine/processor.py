@@ -318,6 +318,8 @@ class PartitionProcessor:
             self.stats.succeeded += 1
         elif isinstance(outcome, Failed):
             self.stats.failed += 1
+            if outcome.retries_exhausted:
+                metrics.labelled(metrics.tasks, "dead_lettered" if self.ledger.dead_letter_exhausted else "discarded").inc()
         else:
             self.stats.replaced += 1
         metrics.tasks_in_flight.dec()
@@ -397,7 +399,7 @@ class PartitionProcessor:
     async def _dead_letter(self, letter: DeadLetter) -> None:
         """Write the dead letter (the DLQ's own failure policy applies inside), then let what it held go on."""
         await self.sinks.dead_letter_messages(letter.stage, letter.reason, letter.messages, self.partition,
-                                              task=letter.task)
+                                              task=letter.task, error=letter.error)
         if letter.stage != "task":
             self.stats.messages += len(letter.holds)  # their offsets complete now, without on_message_complete
         self._carry_out(self.ledger.dead_lettered(letter))

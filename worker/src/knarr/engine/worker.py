@@ -96,12 +96,12 @@ class Worker:
             self.log.info("probes listening", port=self.health.port)
 
         self.scheduler = SlotScheduler(cfg.executor.max_executors, cfg.executor.max_per_partition)
-        self.executor = TaskExecutor(self.handler, self.scheduler, cfg.executor)
         self.sinks = SinkManager(
             build_sinks(cfg), self._build_dlq(), self.handler, cfg.executor.max_retries,
             cfg.executor.retry_backoff_base_seconds, cfg.executor.retry_backoff_max_seconds, stats=self.stats,
             on_send_failure=cfg.dlq.on_send_failure,
         )
+        self.executor = TaskExecutor(self.handler, self.scheduler, cfg.executor)
         try:
             await self.sinks.connect_all()
             if self.source is None:

@@ -11,9 +11,10 @@ _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
 worker_info = Info("knarr_worker", "Worker identity")
 messages_consumed = Counter("knarr_messages_consumed_total", "Messages taken from the source", ["partition"])
 consumer_errors = Counter("knarr_consumer_errors_total", "Errors reported by the consumer")
-tasks = Counter("knarr_tasks_total", "Task outcomes", ["status"])  # completed|failed|retried|replaced|expired|precomputed
+tasks = Counter("knarr_tasks_total", "Task outcomes", ["status"])  # completed|failed|retried|replaced|expired|precomputed|dead_lettered|discarded
 task_duration = Histogram("knarr_task_duration_seconds", "Subprocess wall-clock time", buckets=_DURATION_BUCKETS)
 task_timeouts = Counter("knarr_task_timeouts_total", "Subprocesses killed at their deadline")
+task_output_truncated = Counter("knarr_task_output_truncated_total", "Subprocesses whose stdout or stderr passed executor.max_output_bytes")
 tasks_in_flight = Gauge("knarr_tasks_in_flight", "Tasks scheduled and not yet terminal")
 pool_active = Gauge("knarr_pool_active", "Pool slots running a subprocess")
 queue_size = Gauge("knarr_partition_queue_size", "Messages queued in a partition processor", ["partition"])

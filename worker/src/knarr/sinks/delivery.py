@@ -19,13 +19,14 @@ from typing import Any
 from knarr.api.handler import BaseHandler
 from knarr.api.messages import SourceMessage
 from knarr.api.payloads import CollectResult, DeliveryAction, DeliveryError
-from knarr.api.tasks import ExecutorTask
+from knarr.api.tasks import ExecutorError, ExecutorTask
 from knarr.engine.hooks import call_hook
 from knarr.engine.backoff import retry_delay
 from knarr.engine.stats import RunStats
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 from knarr.sinks.base import Sink
+from knarr.sinks.dlq import task_record
 from knarr.sinks.resolution import resolve_sink
 
 log = get_logger(component="sinks")
@@ -178,14 +179,17 @@ class SinkManager:
             return DeliveryAction.DLQ
 
     async def dead_letter_messages(self, stage: str, reason: str, messages: list[SourceMessage],
-                                   partition: int | None, task: ExecutorTask | None = None) -> None:
-        """Dead-letter source messages that could not be processed (``stage`` says where it stopped)."""
+                                   partition: int | None, task: ExecutorTask | None = None,
+                                   error: ExecutorError | None = None) -> None:
+        """Dead-letter source messages that could not be processed (``stage`` says where it stopped);
+        for a task that failed for good, the record also says what the task was and how it failed."""
         origin = Origin.of(partition, messages)
         error = DeliveryError(
             sink_name=stage, sink_type="executor" if task is not None else "handler",
             error=reason if task is None else f"task {task.task_id}: {reason}",
-            payloads=[m.value for m in messages], attempt=1, partition=partition,
-            offsets=list(origin.offsets), keys=list(origin.keys),
+            payloads=[m.value for m in messages], attempt=error.attempt if error is not None else 1,
+            partition=partition, offsets=list(origin.offsets), keys=list(origin.keys),
+            task=task_record(task, error) if task is not None and error is not None else None,
         )
         await self.dead_letter(error)
 

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from knarr.api.payloads import DeliveryError
+from knarr.api.tasks import ExecutorError, ExecutorTask
 from knarr.kafka.settings import Settings
 from knarr.sinks.base import SinkConnectError
 from knarr.sinks.producer import AsyncProducer
@@ -43,6 +44,8 @@ def envelope(error: DeliveryError, partition: int | None, source_topic: str = ""
         "keys": [_key_text(k) for k in error.keys],
         "attempt_count": error.attempt,
     }
+    if error.task is not None:
+        record["task"] = error.task
     if len(json.dumps(record)) <= max_bytes:
         return record
     record["payload_sizes"] = [len(p.encode()) for p in payloads]
@@ -52,6 +55,30 @@ def envelope(error: DeliveryError, partition: int | None, source_topic: str = ""
     share = max(0, (max_bytes - len(json.dumps(record)) - 64) // max(1, len(payloads)))
     record["original_payloads"] = [_head(p, share) for p in payloads]
     return record
+
+
+TASK_STDERR_CHARS = 2000
+
+
+def task_record(task: ExecutorTask, error: ExecutorError) -> dict[str, Any]:
+    """What a DLQ record keeps of a task that failed for good: enough to see why and to run it again.
+
+    The task's env and stdin stay out: env may hold credentials, stdin may be large.
+    """
+    return {
+        "task_id": task.task_id,
+        "binary_path": task.binary_path,
+        "args": task.args,
+        "source_offsets": task.source_offsets,
+        "parent_task_id": task.parent_task_id,
+        "metadata": task.metadata,
+        "reason": error.reason,
+        "exit_code": error.exit_code,
+        "exception": error.exception,
+        "stderr": error.stderr[:TASK_STDERR_CHARS],
+        "stderr_truncated": error.stderr_truncated or len(error.stderr) > TASK_STDERR_CHARS,
+        "attempts": error.attempt,
+    }
 
 
 def _head(text: str, budget: int) -> str:
