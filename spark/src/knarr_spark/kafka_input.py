@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from knarr.api.messages import SourceMessage
 from knarr.config.models import KafkaConfig
+from knarr.errors import UnavailableError
 from knarr_spark.planning import Chunk
 
 METADATA_TIMEOUT_SECONDS = 15.0
@@ -24,7 +25,7 @@ METADATA_TIMEOUT_SECONDS = 15.0
 STALL_TIMEOUT_SECONDS = 60.0
 
 
-class KafkaReadError(ConnectionError):
+class KafkaReadError(UnavailableError, ConnectionError):
     pass
 
 

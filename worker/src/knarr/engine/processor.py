@@ -26,15 +26,12 @@ from knarr.engine.execution import Failed, Replaced, Succeeded, TaskExecutor
 from knarr.engine.hooks import call_hook
 from knarr.engine.stats import RunStats
 from knarr.engine.watermark import OffsetWatermark
+from knarr.errors import FatalError
 from knarr.observability import events, metrics
 from knarr.observability.logging import get_logger
 from knarr.sinks.delivery import SinkManager
 
 IDLE_WAKEUP_SECONDS = 1.0
-
-
-class FatalError(RuntimeError):
-    """Something the worker cannot go on from without losing data (e.g. an unknown sink name)."""
 
 
 class PartitionProcessor:

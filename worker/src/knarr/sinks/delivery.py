@@ -15,6 +15,7 @@ from knarr.api.handler import BaseHandler
 from knarr.api.payloads import CollectResult, DeliveryAction, DeliveryError
 from knarr.engine.backoff import retry_delay
 from knarr.engine.stats import RunStats
+from knarr.errors import FatalError
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 from knarr.sinks.base import Sink
@@ -25,7 +26,7 @@ log = get_logger(component="sinks")
 DLQ_SEND_ATTEMPTS = 5
 
 
-class DeliveryFailedError(RuntimeError):
+class DeliveryFailedError(FatalError):
     """Payloads could be neither delivered nor dead-lettered: the worker must stop without committing."""
 
 
