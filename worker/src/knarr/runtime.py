@@ -21,9 +21,11 @@ from knarr.engine.processes import seal_inherited_fds
 from knarr.engine.processor import PartitionProcessor
 from knarr.engine.scheduling import SlotScheduler
 from knarr.engine.stats import RunStats
+from knarr.errors import ExitCode
 from knarr.observability import metrics
 from knarr.observability.health import HealthServer
 from knarr.observability.logging import configure_logging, get_logger
+from knarr.observability.ratelimit import Deduplicator
 from knarr.sinks import build_sinks
 from knarr.sinks.delivery import SinkManager
 from knarr.sinks.dlq import DeadLetterQueue, FileDeadLetterQueue
@@ -32,6 +34,7 @@ from knarr.sources.base import Source
 VERSION = "0.1.0"
 HOLD_RECHECK_SECONDS = 0.05  # while holding: re-decide and commit at least this often
 HOLD_LIMIT_SECONDS = 5.0  # longest hold before the client pauses every partition and polls again
+FLOW_LOG_SECONDS = 30.0  # backpressure changes: at most one INFO line per kind in this long
 
 
 class Worker:
@@ -44,6 +47,7 @@ class Worker:
         self.log = get_logger()
         self._running = False
         self._flow = Flow()
+        self._flow_changes = Deduplicator(window_seconds=FLOW_LOG_SECONDS)
         self._held_since: float | None = None
         self._client_paused: set[int] = set()
         self._progress = asyncio.Event()  # a task or message finished while the worker holds
@@ -62,7 +66,8 @@ class Worker:
         cluster = os.environ.get(self.config.cluster_name_env, "") if self.config.cluster_name_env else ""
         configure_logging(
             self.config.logging.level, self.config.logging.format,
-            worker_id=self.worker_id, consumer_group=self.config.kafka.consumer_group,
+            worker_id=self.worker_id,
+            consumer_group=self.config.kafka.consumer_group if self.config.source.type == "kafka" else "",
             cluster=cluster or self.config.cluster_name, version=VERSION,
         )
         self.log = get_logger()
@@ -105,8 +110,10 @@ class Worker:
     def _build_dlq(self) -> Any:
         cfg = self.config
         if cfg.dlq.path:
-            return FileDeadLetterQueue(cfg.dlq.path, cfg.kafka.source_topic)
-        return DeadLetterQueue(cfg.dlq_topic, cfg.dlq_brokers, cfg.kafka.source_topic)
+            source_name = cfg.source.local.path if cfg.source.type == "local" and cfg.source.local else cfg.kafka.source_topic
+            return FileDeadLetterQueue(cfg.dlq.path, source_name)
+        return DeadLetterQueue(cfg.dlq_topic, cfg.dlq_brokers, cfg.kafka.source_topic,
+                               startup_timeout=cfg.kafka.startup_timeout_seconds)
 
     def _build_source(self) -> Source:
         cfg = self.config
@@ -114,7 +121,7 @@ class Worker:
             from knarr.sources.local import LocalSource
 
             assert cfg.source.local is not None
-            return LocalSource(cfg.source.local, cfg.kafka.source_topic)
+            return LocalSource(cfg.source.local)
         from knarr.sources.kafka import KafkaSource
 
         return KafkaSource(cfg.kafka, cfg.executor, client_id=self.worker_id)
@@ -246,15 +253,26 @@ class Worker:
                 self._progress.set()
 
     def _log_flow(self, flow: Flow, loads: dict[int, int]) -> None:
-        load = sum(loads.values())
+        """Each kind of change at most once per FLOW_LOG_SECONDS at INFO, with how often it changed meanwhile.
+
+        Under steady load the hold flaps several times a second; a line per change would bury the log.
+        """
+        load, now = sum(loads.values()), time.monotonic()
+
+        def info(kind: str, message: str, **fields: Any) -> None:
+            emit, unlogged = self._flow_changes.seen(kind, now)
+            if emit:
+                self.log.info(message, load=load, **({"repeated": unlogged} if unlogged else {}), **fields)
+            else:
+                self.log.debug(message, load=load, **fields)
+
         if flow.hold != self._flow.hold:
-            self.log.info("backpressure on: holding" if flow.hold else "backpressure off: consuming", load=load)
+            info("hold" if flow.hold else "release", "backpressure on: holding" if flow.hold else "backpressure off: consuming")
         if flow.isolated - self._flow.isolated:
-            self.log.info("partition flooded by fan-out: paused while the others flow",
-                          partitions=sorted(flow.isolated - self._flow.isolated), load=load)
+            info("isolate", "partition flooded by fan-out: paused while the others flow",
+                 partitions=sorted(flow.isolated - self._flow.isolated))
         if self._flow.isolated - flow.isolated:
-            self.log.info("flooded partition drained: resuming",
-                          partitions=sorted(self._flow.isolated - flow.isolated), load=load)
+            info("rejoin", "flooded partition drained: resuming", partitions=sorted(self._flow.isolated - flow.isolated))
 
     def _committable(self) -> dict[int, int]:
         out = {}
@@ -335,7 +353,9 @@ class Worker:
             await asyncio.gather(*self._background, return_exceptions=True)
         self.log.info("worker stopped", clean=clean, seconds=round(time.monotonic() - started, 3),
                       fatal=str(self._fatal) if self._fatal else None)
-        return 1 if self._fatal is not None else 0
+        if self._fatal is not None:
+            return ExitCode.FATAL
+        return ExitCode.OK if clean else ExitCode.DRAIN_INCOMPLETE
 
     async def _close_outputs(self) -> None:
         if self.sinks is not None:

@@ -21,7 +21,7 @@ def build_sinks(config: KnarrConfig) -> list[Sink]:
     sinks: list[Sink] = []
     for sink_type, name, cfg in config.sinks.instances():
         if sink_type == "kafka":
-            sinks.append(KafkaSink(name, cfg, config.kafka.brokers))  # type: ignore[arg-type]
+            sinks.append(KafkaSink(name, cfg, config.kafka.brokers, config.kafka.startup_timeout_seconds))  # type: ignore[arg-type]
         elif sink_type == "filesystem":
             sinks.append(FileSink(name, cfg))  # type: ignore[arg-type]
         else:

@@ -42,15 +42,16 @@ def _payload_json(payload: Any) -> str:
 
 
 class DeadLetterQueue:
-    def __init__(self, topic: str, brokers: str, source_topic: str) -> None:
+    def __init__(self, topic: str, brokers: str, source_topic: str, startup_timeout: float = 30.0) -> None:
         self.topic = topic
+        self.startup_timeout = startup_timeout
         self.brokers = brokers
         self.source_topic = source_topic
         self._producer = AsyncProducer({"bootstrap.servers": brokers})
 
     async def connect(self) -> None:
         try:
-            await asyncio.to_thread(self._producer.connect)
+            await asyncio.to_thread(self._producer.connect, self.startup_timeout)
         except ConnectionError as exc:
             raise SinkConnectError(f"dead-letter queue (topic {self.topic!r}): {exc}") from None
 

@@ -14,15 +14,16 @@ from knarr.sinks.producer import AsyncProducer
 class KafkaSink:
     sink_type = "kafka"
 
-    def __init__(self, name: str, config: KafkaSinkConfig, default_brokers: str) -> None:
+    def __init__(self, name: str, config: KafkaSinkConfig, default_brokers: str, startup_timeout: float = 30.0) -> None:
         self.name = name
         self.config = config
         self.brokers = config.brokers or default_brokers
+        self.startup_timeout = startup_timeout
         self._producer = AsyncProducer({"bootstrap.servers": self.brokers, **config.extra})
 
     async def connect(self) -> None:
         try:
-            await asyncio.to_thread(self._producer.connect)
+            await asyncio.to_thread(self._producer.connect, self.startup_timeout)
         except ConnectionError as exc:
             raise SinkConnectError(f"kafka sink {self.name!r} (topic {self.config.topic!r}): {exc}") from None
 

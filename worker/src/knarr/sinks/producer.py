@@ -8,6 +8,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from knarr.observability.kafka_logs import ClientLog
+
 # One record: value, key, headers.
 Record = tuple[bytes, bytes | None, dict[str, str] | None]
 
@@ -33,14 +35,19 @@ class AsyncProducer:
         self._reports: deque[tuple[_Batch, KafkaError | None]] = deque()  # appended by delivery callbacks
 
     def connect(self, check_timeout: float = 10.0) -> None:
-        errors: list[str] = []
-        conf = {**self._conf, "error_cb": lambda err: errors.append(str(err))}
+        client_log = ClientLog("producer")
+        client_log.quiet = True  # until the brokers answer: a failure is reported in one line
+        conf = {**self._conf, "error_cb": client_log.error_cb, "logger": client_log.logger}
         self._producer = Producer(conf)
         try:
             self._producer.list_topics(timeout=check_timeout)
         except KafkaException as exc:
-            detail = errors[-1] if errors else str(exc)
-            raise ConnectionError(f"cannot reach Kafka at {self._conf.get('bootstrap.servers')!r}: {detail}") from None
+            self._producer.poll(0)  # serve the queued log lines, so the last error can be named
+            self._producer = None
+            raise ConnectionError(
+                client_log.unreachable(str(self._conf.get("bootstrap.servers")), check_timeout, str(exc))
+            ) from None
+        client_log.quiet = False
 
     def _poll_soon(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._polling is not loop:  # (a poll left on a loop that has closed since never runs)

@@ -17,7 +17,9 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 
 from knarr.api.messages import SourceMessage
 from knarr.config.models import ExecutorConfig, KafkaConfig
+from knarr.errors import UnavailableError
 from knarr.observability import metrics
+from knarr.observability.kafka_logs import ClientLog
 from knarr.observability.logging import get_logger
 from knarr.sources.base import AssignFn, RevokeFn
 
@@ -45,6 +47,7 @@ class KafkaSource:
             **kafka.extra,
         }
         self._revoke_wait = executor.drain_timeout_seconds + 10
+        self._startup_timeout = kafka.startup_timeout_seconds
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="knarr-kafka")
         self._consumer: Consumer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -63,15 +66,19 @@ class KafkaSource:
         await self._loop.run_in_executor(self._thread, self._start_sync)
 
     def _start_sync(self) -> None:
-        errors: list[str] = []
-        self._consumer = Consumer({**self._conf, "error_cb": lambda e: errors.append(str(e))})
+        client_log = ClientLog("consumer")
+        client_log.quiet = True  # until the brokers answer: a failure is reported in one line
+        self._consumer = Consumer({**self._conf, "error_cb": client_log.error_cb, "logger": client_log.logger})
         try:
-            self._consumer.list_topics(timeout=10)
+            self._consumer.list_topics(timeout=self._startup_timeout)
         except KafkaException as exc:
-            detail = errors[-1] if errors else str(exc)
-            raise ConnectionError(
-                f"cannot reach Kafka at {self._conf['bootstrap.servers']!r}: {detail}; check kafka.brokers"
+            self._consumer.poll(0)  # serve the queued log lines, so the last error can be named
+            self._consumer.close()
+            self._consumer = None
+            raise UnavailableError(
+                client_log.unreachable(self._conf["bootstrap.servers"], self._startup_timeout, str(exc))
             ) from None
+        client_log.quiet = False
         self._consumer.subscribe(
             [self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
         )
