@@ -1,15 +1,17 @@
 # Developer entry points. Each target is a thin wrapper around a script in hack/ or a uv command.
 # Two commands on a fresh machine: `make demo` (no services needed) and `make test` (starts real services).
+# Targets work in any order and in any new shell: none needs uv on PATH.
 
 SHELL := /bin/bash
-UV ?= $(shell command -v uv 2>/dev/null || echo "$(HOME)/.local/bin/uv")
+# uv, wherever it is: on PATH, or in ~/.local/bin where `make setup` installs it (hack/uv.sh finds it,
+# and installs it when it is nowhere). Expanded only by the targets that use it.
+UV ?= $(shell hack/uv.sh)
 PYTEST_ARGS ?=
 
 .PHONY: setup demo demo-kafka test test-unit
 
-# Install uv (from PyPI) if missing, then the whole workspace from the lock file
+# Install uv (from PyPI) if missing, then the whole workspace from the lock file into .venv
 setup:
-	@command -v uv >/dev/null 2>&1 || [ -x "$(HOME)/.local/bin/uv" ] || python3 -m pip install --user --quiet uv
 	$(UV) sync --all-packages --frozen
 
 # Run the fan-out search demo on the embedded JSONL source (no Kafka needed); results under out/demo
@@ -75,11 +77,15 @@ bench-backfill: setup
 	$(UV) run python bench/backfill.py $(BENCH_ARGS)
 
 # --- operator (operator/README.md) --------------------------------------------
-.PHONY: crds images kind-up kind-down
+.PHONY: crds docs images kind-up kind-down
 
 # Regenerate the Pipeline CRD (crds/ and the chart's crds/) from the worker's config models
-crds:
-	uv run python -m knarr_operator.crd
+crds: setup
+	$(UV) run python -m knarr_operator.crd
+
+# Regenerate the README's configuration reference and exit-code table from the code
+docs: setup
+	$(UV) run python -m knarr.config.reference --write README.md
 
 # Build the operator and worker images with docker or podman, whichever is there
 CONTAINER_TOOL ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)

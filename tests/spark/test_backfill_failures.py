@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from knarr.errors import ExitCode
 from knarr_spark.cli import main as backfill
 from tests.spark.handlers import CRASH_ID
 from tests.spark.workload import HANDLERS_FILE, config_dict, requests, rows, write_config
@@ -74,3 +75,20 @@ def test_a_task_that_crashes_on_every_attempt_aborts_the_backfill_with_exit_code
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["status"] == "failed" and report["aborted"]
     assert "ABORTED" in capsys.readouterr().err
+
+
+def test_a_backfill_whose_tasks_all_fail_reports_them_and_exits_4(spark, corpus, grep, tmp_path, capsys):
+    source, _ = _input(tmp_path, corpus)
+    config = write_config(tmp_path / "config.yaml", config_dict(tmp_path / "out", grep))
+
+    code = backfill(["--config", str(config), "--handler", f"{HANDLERS_FILE}:FailingTasksHandler", "--input", str(source),
+                     "--chunk-size", "6", "--report", str(tmp_path / "report.json")])
+
+    assert code == ExitCode.WORK_FAILED
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["status"] == "finished with failed work"
+    totals = report["totals"]
+    assert totals["failed"] == totals["tasks"] > 0 and totals["succeeded"] == 0
+    err = capsys.readouterr().err
+    assert err.startswith("knarr backfill finished with failed work: 4/4 chunks")
+    assert f"{totals['failed']} task(s) failed for good and 0 payload(s) went to the DLQ" in err

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+from confluent_kafka import Producer
+
+from knarr.errors import ExitCode
+from knarr.observability.kafka_logs import ClientLog
 
 HANDLER = f"{Path(__file__).resolve().parents[2]}/examples/quickstart/handler.py:WordCounter"
 
@@ -18,7 +24,7 @@ def run_worker(tmp_path: Path, config: str) -> subprocess.CompletedProcess[str]:
 
 def test_an_unreachable_kafka_sink_stops_startup_with_exit_code_3_naming_the_sink(tmp_path):
     proc = run_worker(tmp_path, "sinks: {kafka: {results: {topic: out, brokers: '127.0.0.1:1'}}}\n"
-                                "metrics: {enabled: false}\n")
+                                "kafka: {startup_timeout_seconds: 2}\nmetrics: {enabled: false}\n")
     assert proc.returncode == 3
     assert "kafka sink 'results' (topic 'out'): cannot reach Kafka at '127.0.0.1:1'" in proc.stderr
 
@@ -36,3 +42,43 @@ def test_a_sink_type_this_version_lacks_is_named_at_startup(tmp_path):
     proc = run_worker(tmp_path, "sinks: {redis: {cache: {url: 'redis://127.0.0.1:1/0'}}}\nmetrics: {enabled: false}\n")
     assert proc.returncode == 2
     assert "sinks.redis.cache: the redis sink is not available in this knarr version" in proc.stderr
+
+
+def test_an_unreachable_broker_is_one_line_naming_it_and_the_last_error_then_exit_3_in_time(tmp_path):
+    started = time.monotonic()
+    proc = run_worker(tmp_path, "kafka: {brokers: '127.0.0.1:1', startup_timeout_seconds: 2}\n"
+                                "sinks: {filesystem: {out: {base_path: out}}}\ndlq: {path: out/dlq.jsonl}\n"
+                                "metrics: {enabled: false}\nlogging: {level: WARNING}\n")
+    elapsed = time.monotonic() - started
+    assert proc.returncode == ExitCode.UNAVAILABLE
+    assert proc.stderr.splitlines() == [
+        "knarr run: cannot reach Kafka at '127.0.0.1:1' within 2s: Connect to ipv4#127.0.0.1:1 failed: "
+        "Connection refused; check the brokers' address and the network (TLS/SASL settings go in kafka.extra), "
+        "or raise kafka.startup_timeout_seconds"
+    ]
+    assert elapsed < 10, f"took {elapsed:.1f}s for a 2 s startup timeout"
+
+
+class Recorder:
+    """Stands in for the structlog logger: keeps each line with its level."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, dict]] = []
+
+    def __getattr__(self, level: str):
+        return lambda event, **fields: self.lines.append((level, event, fields))
+
+
+def test_librdkafka_lines_reach_the_log_once_per_distinct_message_as_warnings():
+    recorder = Recorder()
+    client_log = ClientLog("producer", log=recorder)
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "logger": client_log.logger,
+                         "error_cb": client_log.error_cb, "reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 50})
+    watch_until = time.monotonic() + 2  # dozens of reconnect attempts, ~50 ms apart
+    while time.monotonic() < watch_until:
+        producer.poll(0.1)  # serves the queued log lines
+    refused = [line for line in recorder.lines if "Connect to ipv4#127.0.0.1:1 failed: Connection refused" in line[1]]
+    assert [level for level, _, _ in refused] == ["warning"], recorder.lines
+    assert client_log.dedupe.seen(refused[0][1], time.monotonic())[0] is False  # the repeats were held back
+    assert client_log.last_error.startswith("Connect to ipv4#127.0.0.1:1 failed: Connection refused")
+

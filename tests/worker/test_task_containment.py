@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from knarr.engine.worker import EXIT_UNCLEAN_DRAIN
+from knarr.errors import ExitCode
 
 from tests.services.kafka import committed_offsets, consume_all, create_topic, produce_json, unique_name
 from tests.worker.procs import SCRIPT_HANDLER, WorkerFleet, WorkerSpec, processes_gone, processes_with, wait_until
@@ -96,7 +96,7 @@ def test_sigterm_leaves_no_task_process_behind_not_even_a_detached_one(fleet_for
     fleet, spec = fleet_for()
     marker = _sleep_marker()
     worker = _start_detaching_task(fleet, spec, marker)
-    assert worker.terminate() == EXIT_UNCLEAN_DRAIN  # the task still ran when the drain timed out
+    assert worker.terminate() == ExitCode.DRAIN_INCOMPLETE  # the task still ran when the drain timed out
     assert processes_gone(marker, timeout=10) == []
 
 

@@ -24,8 +24,9 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 CRD_FILE = f"{CRD_NAME}.yaml"
 
 # Worker settings that make no sense in a cluster: the source is always the Kafka
-# topic, and the pod name is always in WORKER_ID.
-WORKER_FIELDS_NOT_IN_RESOURCE = frozenset({"source", "worker_name_env", "cluster_name_env"})
+# topic, the pod name is always in WORKER_ID, and the handler is the operator's own
+# `handler` field (passed as --handler).
+WORKER_FIELDS_NOT_IN_RESOURCE = frozenset({"source", "worker_name_env", "cluster_name_env", "handler"})
 
 # CEL rules must fit the API server's cost budget, so maps and lists are bounded.
 MAX_PARTITIONS = 64

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from knarr.kafka import settings
-from knarr.kafka.clients import ErrorLog, close_consumer, open_consumer
+from knarr.kafka.clients import close_consumer, open_consumer
+from knarr.observability.kafka_logs import ClientLog
 
 
 class KafkaUnreachable(Exception):
@@ -41,8 +42,8 @@ def lag_from_offsets(committed: Mapping[int, int], extents: Mapping[int, tuple[i
 class _Reader:
     def __init__(self, conf: settings.Settings) -> None:
         self.conf = conf
-        self.errors = ErrorLog()
-        self.consumer: Consumer | None = open_consumer({**conf, "log_level": 3}, self.errors)
+        self.log = ClientLog("lag-reader")
+        self.consumer: Consumer | None = open_consumer(conf, self.log)
         self.lock = threading.Lock()
 
     def lag(self, topic: str, timeout: float) -> Lag:
@@ -67,7 +68,7 @@ class _Reader:
                 detail = exc.args[0] if exc.args else exc
                 raise KafkaUnreachable(
                     f"cannot read the lag of group {group!r} on {topic!r} from {brokers}: {detail} "
-                    f"(last client error: {self.errors.last('none')})"
+                    f"(last client error: {self.log.last_error or 'none'})"
                 ) from None
             finally:
                 consumer.poll(0)  # serve queued log lines and error callbacks

@@ -7,6 +7,8 @@ kind of field in the worker breaks `make crds` loudly instead of drifting.
 
 from __future__ import annotations
 
+import functools
+import re
 import types
 import typing
 from typing import Any, Literal
@@ -19,10 +21,12 @@ from pydantic_core import PydanticUndefined
 from knarr_operator.credentials import SECRET_FIELDS
 from knarr_operator.naming import camel
 
+SECRET_NOTE = "A string, or {valueFrom: {secretKeyRef: {name, key}}} to read it from a Secret."
+
+
 def secret_or_string(description: str) -> dict[str, Any]:
     return {
-        "description": (description + " " if description else "")
-        + "A string, or {valueFrom: {secretKeyRef: {name, key}}} to read it from a Secret.",
+        "description": description,
         # Untyped so it can be either; CEL cannot see such a field, so its shape is
         # checked by the operator (an InvalidConfig condition naming the field).
         "x-kubernetes-preserve-unknown-fields": True,
@@ -39,7 +43,7 @@ def model_schema(model: type[BaseModel], *, defaults: bool = False, exclude: fro
             continue
         key = field.alias or camel(name)
         if name in secrets:
-            properties[key] = secret_or_string(field.description or "")
+            properties[key] = secret_or_string(explain_text(field, SECRET_NOTE))
         else:
             properties[key] = field_schema(field, defaults=defaults)
         if field.is_required():
@@ -55,16 +59,71 @@ def model_schema(model: type[BaseModel], *, defaults: bool = False, exclude: fro
 def field_schema(field: FieldInfo, *, defaults: bool) -> dict[str, Any]:
     extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
     if "x-schema" in extra:
-        return dict(extra["x-schema"])  # type: ignore[arg-type]
+        schema = dict(extra["x-schema"])  # type: ignore[arg-type]
+        description = explain_text(field)
+        if description and "description" not in schema:
+            schema["description"] = description
+        return schema
     schema = annotation_schema(field.annotation, defaults=defaults)
     schema.update({k: v for k, v in extra.items() if k != "x-schema"})
     for meta in field.metadata:
         schema.update(_constraint(meta, schema.get("type")))
-    if field.description:
-        schema["description"] = field.description
+    description = explain_text(field)
+    if description:
+        schema["description"] = description
     if defaults and field.default is not PydanticUndefined and field.default is not None:
         schema["default"] = field.default
     return schema
+
+
+# A snake_case word in a description is a config key only if some model has a field by that
+# name; hook names (on_error) and other words stay as written.
+_SNAKE_WORD = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
+
+
+def explain_text(field: FieldInfo, note: str = "") -> str:
+    """The description ``kubectl explain`` shows: keys in the resource's camelCase, a note, and the default."""
+    text = _SNAKE_WORD.sub(lambda m: camel(m[0]) if m[0] in field_names() else m[0], field.description or "")
+    text = f"{text} {note}".strip()
+    default = default_text(field)
+    if default:
+        text = f"{text.rstrip()} Default: {default}." if text else f"Default: {default}."
+    return text
+
+
+def default_text(field: FieldInfo) -> str:
+    """The default as it would be written in the resource; empty when there is nothing worth showing."""
+    if field.default_factory is not None or field.default in (PydanticUndefined, None, ""):
+        return ""
+    value = field.default
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+@functools.cache
+def field_names() -> frozenset[str]:
+    """Every field name of the worker's and the operator's models."""
+    from knarr.config import KnarrConfig
+
+    from knarr_operator.spec import OperatorSpec
+
+    names: set[str] = set()
+    todo: list[type[BaseModel]] = [KnarrConfig, OperatorSpec]
+    while todo:
+        model = todo.pop()
+        for name, field in model.model_fields.items():
+            names.add(name)
+            todo += [m for m in _models_in(field.annotation) if m not in todo]
+    return frozenset(names)
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
 
 
 def annotation_schema(annotation: Any, *, defaults: bool) -> dict[str, Any]:

@@ -70,8 +70,8 @@ class Backfill(_Part):
 class Resources(_Part):
     """Compute resources of each worker container."""
 
-    requests: dict[str, str] = Field(default_factory=dict, json_schema_extra={"x-schema": {"type": "object", "additionalProperties": INT_OR_STRING}})
-    limits: dict[str, str] = Field(default_factory=dict, json_schema_extra={"x-schema": {"type": "object", "additionalProperties": INT_OR_STRING}})
+    requests: dict[str, str] = Field(default_factory=dict, description="Resources each worker is guaranteed, e.g. {cpu: 250m, memory: 256Mi}.", json_schema_extra={"x-schema": {"type": "object", "additionalProperties": INT_OR_STRING}})
+    limits: dict[str, str] = Field(default_factory=dict, description="Most resources each worker may use.", json_schema_extra={"x-schema": {"type": "object", "additionalProperties": INT_OR_STRING}})
 
 
 ENV_VAR_SCHEMA = {
@@ -80,7 +80,7 @@ ENV_VAR_SCHEMA = {
     "items": {
         "type": "object",
         "required": ["name"],
-        "properties": {"name": {"type": "string", "minLength": 1}},
+        "properties": {"name": {"type": "string", "minLength": 1, "description": "Name of the environment variable."}},
         "x-kubernetes-preserve-unknown-fields": True,
     },
 }
@@ -96,7 +96,7 @@ class OperatorSpec(_Part):
     scaling: Scaling = Field(default_factory=Scaling)
     resources: Resources = Field(default_factory=Resources)
     env: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"x-schema": ENV_VAR_SCHEMA})
-    backfills: list[Backfill] = Field(default_factory=list, max_length=20)
+    backfills: list[Backfill] = Field(default_factory=list, max_length=20, description="Ranges of the source topic to reprocess, each once, as a Spark job.")
 
 
 OPERATOR_KEYS = frozenset(f.alias or k for k, f in OperatorSpec.model_fields.items())

@@ -4,8 +4,9 @@ The same ``main(argv)`` serves ``knarr backfill …`` (the CLI), ``knarr-backfil
 operator's SparkApplication (``spark_entry.py``, whose ``arguments`` are exactly what
 follows the word ``backfill``).
 
-Exit codes: 0 every chunk processed; 1 a chunk failed for good (see the report);
-2 bad arguments, config, handler or range; 3 the input cannot be reached.
+Exit codes (knarr.errors.ExitCode): 0 everything was reprocessed; 1 a chunk failed for good (see
+the report); 2 bad arguments, config, handler or range; 3 the input cannot be reached; 4 every
+chunk ran, but tasks failed for good or payloads were dead-lettered.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import json
 import sys
 from pathlib import Path
 
-from knarr.config.loading import ConfigError, load_config
-from knarr.loader import HandlerLoadError, load_handler_class
-from knarr_spark.file_input import InputError, input_format
+from knarr.config.loading import load_config
+from knarr.errors import ExitCode, KnarrError
+from knarr.loader import load_handler_class
+from knarr_spark.file_input import input_format
 from knarr_spark.job import DEFAULT_CHUNK_SIZE, BackfillRequest, FileInput, KafkaSlice, run_backfill
-from knarr_spark.kafka_input import KafkaReadError
 from knarr_spark.ranges import RangeError, parse_offsets, parse_timestamp
-from knarr_spark.report import summary_text
+from knarr_spark.report import BackfillReport, summary_text
 
 PROG = "knarr backfill"
 
@@ -81,25 +82,23 @@ def request_from_args(args: argparse.Namespace) -> BackfillRequest:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        request = request_from_args(args)
-    except (ConfigError, HandlerLoadError, RangeError, InputError) as exc:
+        report = run_backfill(request_from_args(args))
+    except KnarrError as exc:  # bad arguments, config, handler or range (2); unreachable input (3)
         print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        report = run_backfill(request)
-    except (RangeError, InputError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    except KafkaReadError as exc:
-        print(f"{PROG}: cannot start: {exc}", file=sys.stderr)
-        return 3
+        return exc.exit_code
     print(summary_text(report), file=sys.stderr)
     if args.report:
         path = Path(args.report)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report.as_dict(), indent=2) + "\n")
         print(f"report: {path}", file=sys.stderr)
-    return 0 if report.ok else 1
+    return exit_code(report)
+
+
+def exit_code(report: BackfillReport) -> int:
+    if not report.ok:
+        return ExitCode.FATAL
+    return ExitCode.WORK_FAILED if report.work_failed else ExitCode.OK
 
 
 def entry() -> None:

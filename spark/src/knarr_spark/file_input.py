@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from knarr.errors import UsageError
+
 FORMATS = ("jsonl", "parquet")
 
 # A record travelling through Spark: (partition, offset, value, key, timestamp ms or None).
 Record = tuple[int, int, bytes, bytes | None, int | None]
 
 
-class InputError(ValueError):
+class InputError(UsageError, ValueError):
     pass
 
 

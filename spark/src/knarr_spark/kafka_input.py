@@ -17,8 +17,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from knarr.api.messages import SourceMessage
 from knarr.config.models import KafkaConfig
+from knarr.errors import UnavailableError
 from knarr.kafka import settings
-from knarr.kafka.clients import ErrorLog, close_consumer, open_consumer
+from knarr.kafka.clients import close_consumer, open_consumer
+from knarr.observability.kafka_logs import ClientLog
 from knarr_spark.planning import Chunk
 
 METADATA_TIMEOUT_SECONDS = 15.0
@@ -26,18 +28,18 @@ METADATA_TIMEOUT_SECONDS = 15.0
 STALL_TIMEOUT_SECONDS = 60.0
 
 
-class KafkaReadError(ConnectionError):
+class KafkaReadError(UnavailableError, ConnectionError):
     pass
 
 
 def _consumer(kafka: KafkaConfig) -> Consumer:
-    errors = ErrorLog()
-    consumer = open_consumer(settings.range_reader(kafka), errors)
+    log = ClientLog("backfill-reader")
+    consumer = open_consumer(settings.range_reader(kafka), log)
     try:
         consumer.list_topics(timeout=METADATA_TIMEOUT_SECONDS)
     except KafkaException as exc:
         close_consumer(consumer)
-        raise KafkaReadError(f"cannot reach Kafka at {kafka.brokers!r}: {errors.last(exc)}; "
+        raise KafkaReadError(f"cannot reach Kafka at {kafka.brokers!r}: {log.last_error or exc}; "
                              "check kafka.brokers in the config") from None
     return consumer
 

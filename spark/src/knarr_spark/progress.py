@@ -1,43 +1,50 @@
-"""The driver's progress bar: completed chunks (Spark tasks) out of all, on stderr."""
+"""The driver's progress bar: completed chunks (Spark tasks) out of all, on stderr, on a terminal only.
+
+The bar is tqdm's, like ``knarr run``'s (see knarr.observability.progress): off when stderr is
+not a terminal (a SparkApplication's driver log, CI), where the summary at the end says it all.
+"""
 
 from __future__ import annotations
 
 import sys
 import threading
-import time
 from typing import Any, TextIO
 
-POLL_SECONDS = 1.0
+from tqdm import tqdm
+
+from knarr.observability.progress import wanted
+
+POLL_SECONDS = 0.5
 
 
-def render(done: int, total: int, failed_attempts: int, elapsed: float, width: int = 30) -> str:
-    """``[#########.............]  12/40 chunks  30%  1 retried  0:42`` (pure)."""
-    fraction = done / total if total else 1.0
-    filled = min(width, int(fraction * width))
-    minutes, seconds = divmod(int(elapsed), 60)
-    retried = f"  {failed_attempts} failed attempt(s) (retried)" if failed_attempts else ""
-    return f"[{'#' * filled}{'.' * (width - filled)}] {done:>5}/{total} chunks {fraction:>4.0%}{retried}  {minutes}:{seconds:02d}"
+def retries_text(failed_attempts: int) -> str:
+    """What the bar says after the count (pure)."""
+    return f"{failed_attempts} failed attempt(s), retried" if failed_attempts else ""
 
 
 class Progress:
-    """Polls Spark's status tracker for the job group's tasks and redraws one line on stderr."""
+    """Polls Spark's status tracker for the job group's tasks and advances a tqdm bar."""
 
-    def __init__(self, spark_context: Any, group: str, total: int, out: TextIO = sys.stderr) -> None:
-        self.sc, self.group, self.total, self.out = spark_context, group, total, out
+    def __init__(self, spark_context: Any, group: str, total: int, out: TextIO | None = None) -> None:
+        self.sc, self.group, self.total = spark_context, group, total
+        self.out = sys.stderr if out is None else out
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="knarr-backfill-progress", daemon=True)
-        self._started = time.monotonic()
-        self._interactive = hasattr(out, "isatty") and out.isatty()
-        self._last = ""
+        self._bar: tqdm | None = None
 
     def __enter__(self) -> Progress:
-        self._thread.start()
+        if wanted(self.out):
+            self._bar = tqdm(total=self.total, desc="chunks", unit="chunk", file=self.out, dynamic_ncols=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._bar is None:
+            return
         self._stop.set()
         self._thread.join()
-        self._draw(final=True)
+        self._draw()
+        self._bar.close()
 
     def counts(self) -> tuple[int, int]:
         """(completed tasks, failed task attempts) of the job group's stages so far."""
@@ -53,18 +60,15 @@ class Progress:
         return done, failed
 
     def _loop(self) -> None:
-        while not self._stop.wait(POLL_SECONDS):  # the wait paces the redraws; stop() ends it at once
+        while not self._stop.wait(POLL_SECONDS):  # the wait paces the redraws; __exit__ ends it at once
             self._draw()
 
-    def _draw(self, final: bool = False) -> None:
+    def _draw(self) -> None:
+        assert self._bar is not None
         try:
             done, failed = self.counts()
         except Exception:  # the context is stopping; a missed redraw is harmless
             return
-        line = render(done, self.total, failed, time.monotonic() - self._started)
-        if self._interactive:
-            self.out.write("\r" + line + ("\n" if final else ""))
-        elif line[: line.rfind("  ")] != self._last or final:  # logs: only when the count changes
-            self.out.write(line + "\n")
-        self._last = line[: line.rfind("  ")]
-        self.out.flush()
+        self._bar.n = done
+        self._bar.set_postfix_str(retries_text(failed), refresh=False)
+        self._bar.refresh()

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
+from knarr.errors import UsageError
 from knarr_spark.planning import PartitionRange
 
 
-class RangeError(ValueError):
+class RangeError(UsageError, ValueError):
     """The requested range cannot be backfilled; the message says which end and why."""
 
 

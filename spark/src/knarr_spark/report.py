@@ -52,7 +52,20 @@ class BackfillReport:
 
     @property
     def ok(self) -> bool:
+        """Every planned chunk was processed (whatever happened to single tasks inside)."""
         return not self.aborted and not self.failed_chunks and len(self.chunks) == self.planned_chunks
+
+    @property
+    def work_failed(self) -> bool:
+        """Tasks failed for good or payloads were dead-lettered: the history was not fully reprocessed."""
+        totals = self.totals()
+        return bool(totals["failed"] or totals["dead_lettered"])
+
+    @property
+    def status(self) -> str:
+        if not self.ok:
+            return "failed"
+        return "finished with failed work" if self.work_failed else "succeeded"
 
     def totals(self) -> dict[str, int]:
         return _sum(self.chunks)
@@ -66,7 +79,7 @@ class BackfillReport:
     def as_dict(self) -> dict[str, Any]:
         totals = self.totals()
         return {
-            "status": "succeeded" if self.ok else "failed",
+            "status": self.status,
             "source": self.source,
             "chunk_size": self.chunk_size,
             "planned_chunks": self.planned_chunks,
@@ -95,17 +108,22 @@ def _sum(chunks: Iterable[ChunkResult]) -> dict[str, int]:
 def summary_text(report: BackfillReport) -> str:
     """The human summary printed at the end: one line per partition, then the total."""
     data = report.as_dict()
-    header = f"{'partition':>9}  {'chunks':>6}  {'messages':>9}  {'tasks':>7}  {'ok':>7}  {'failed':>6}  {'replaced':>8}  {'dlq':>5}"
+    header = (f"{'partition':>9}  {'chunks':>6}  {'messages':>9}  {'tasks':>7}  {'succeeded':>9}  {'failed':>6}  "
+              f"{'replaced':>8}  {'dead-lettered':>13}")
     lines = [f"knarr backfill {data['status']}: {data['completed_chunks']}/{data['planned_chunks']} chunks in "
              f"{data['duration_seconds']}s", header]
 
     def row(name: str, v: Mapping[str, int], chunks: int) -> str:
-        return (f"{name:>9}  {chunks:>6}  {v['messages']:>9}  {v['tasks']:>7}  {v['succeeded']:>7}  {v['failed']:>6}  "
-                f"{v['replaced']:>8}  {v['dead_lettered']:>5}")
+        return (f"{name:>9}  {chunks:>6}  {v['messages']:>9}  {v['tasks']:>7}  {v['succeeded']:>9}  {v['failed']:>6}  "
+                f"{v['replaced']:>8}  {v['dead_lettered']:>13}")
 
     for p, v in report.per_partition().items():
         lines.append(row(str(p), v, v["chunks"]))
     lines.append(row("total", data["totals"], len(report.chunks)))
+    totals = data["totals"]
+    if report.work_failed:
+        lines.append(f"{totals['failed']} task(s) failed for good and {totals['dead_lettered']} payload(s) went to the DLQ: "
+                     "the failed tasks are logged at WARNING by the executors, the dead letters are in the DLQ")
     for w in report.warnings:
         lines.append(f"warning: {w}")
     for c in report.failed_chunks:

@@ -11,14 +11,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from knarr.config.root import _YAML_PATH, CONFIG_PATH_ENV, ENV_DELIMITER, ENV_PREFIX, KnarrConfig
+from knarr.errors import ConfigError
+
+__all__ = ["ConfigError", "config_from_dict", "format_validation_error", "load_config"]
 
 
 # The operator's own settings (KNARR_OPERATOR_RESYNC_SECONDS, ...) are not worker config keys.
 RESERVED_ENV_PREFIX = "KNARR_OPERATOR_"
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used; the message lists every problem and how to fix it."""
 
 
 def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> KnarrConfig:

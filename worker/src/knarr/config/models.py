@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from knarr.config.paths import ConfigPath
+
 _IDENT = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MIB = 1024 * 1024
@@ -30,6 +32,10 @@ class KafkaConfig(Section):
     max_poll_interval_ms: int = Field(300_000, ge=1_000, description="Longest gap between polls before the broker evicts the consumer.")
     session_timeout_ms: int = Field(45_000, ge=1_000, description="Group membership session timeout.")
     heartbeat_interval_ms: int = Field(3_000, ge=100, description="Heartbeat interval to the group coordinator.")
+    startup_timeout_seconds: float = Field(
+        30, gt=0, le=3600,
+        description="How long startup waits for the brokers to answer before giving up (exit code 3).",
+    )
     extra: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
         description="Extra librdkafka consumer properties (e.g. security.protocol, sasl.*), passed through as given; the connection ones (security.*, sasl.*, ssl.*, socket.*, …) also reach every producer, Spark reader and the operator's lag reader.",
@@ -46,7 +52,7 @@ class KafkaConfig(Section):
 
 
 class ExecutorConfig(Section):
-    binary_path: str | None = Field(None, min_length=1, description="Default binary for tasks; None means every task must set its own binary_path.")
+    binary_path: str | None = Field(None, min_length=1, description="Default binary for tasks; unset, every task must set its own binary_path.")
     max_executors: int = Field(4, ge=1, description="Subprocesses running at once across all partitions (pool slots).")
     task_timeout_seconds: float = Field(120, gt=0, description="Wall-clock limit per subprocess; on expiry its whole process group is killed.")
     window_size: int = Field(100, ge=1, description="Most messages handed to one arrange() call.")
@@ -54,7 +60,7 @@ class ExecutorConfig(Section):
     max_retries: int = Field(3, ge=0, description="Retries of a failed task when on_error returns RETRY (0: none).")
     retry_backoff_base_seconds: float = Field(0.5, ge=0, description="First retry delay; doubles per attempt, with jitter.")
     retry_backoff_max_seconds: float = Field(30, ge=0, description="Upper bound of a retry delay.")
-    max_per_partition: int | None = Field(None, ge=1, description="Most pool slots one partition may hold at once (None: no cap), so a hot partition cannot starve the others.")
+    max_per_partition: int | None = Field(None, ge=1, description="Most pool slots one partition may hold at once (unset: no cap), so a hot partition cannot starve the others.")
     drain_timeout_seconds: float = Field(30, gt=0, description="Longest wait for in-flight work on shutdown or revoke; on timeout the final commit is skipped (replay instead of loss).")
     backpressure_high_multiplier: int = Field(32, ge=1, description="Pause consumption when queued + in-flight messages reach max_executors x this.")
     backpressure_low_multiplier: int = Field(4, ge=1, description="Resume when they fall to max(1, max_executors x this).")
@@ -114,30 +120,30 @@ class KafkaSinkConfig(SinkBase):
 
 class PostgresSinkConfig(SinkBase):
     dsn: str = Field(..., min_length=1, description="PostgreSQL connection string (keep credentials in a Secret / env override).")
-    pool_min: int = Field(2, ge=1)
-    pool_max: int = Field(10, ge=1)
+    pool_min: int = Field(2, ge=1, description="Connections kept open.")
+    pool_max: int = Field(10, ge=1, description="Most connections at once.")
 
 
 class MongoSinkConfig(SinkBase):
     uri: str = Field(..., min_length=1, description="MongoDB connection URI.")
-    database: str = Field(..., min_length=1)
+    database: str = Field(..., min_length=1, description="Database the payloads' collections live in.")
 
 
 class HttpSinkConfig(SinkBase):
-    url: str = Field(..., min_length=1)
-    method: Literal["POST", "PUT", "PATCH"] = "POST"
-    timeout_seconds: float = Field(30, gt=0)
-    headers: dict[str, str] = Field(default_factory=dict)
-    max_retries: int = Field(3, ge=0)
+    url: str = Field(..., min_length=1, description="Endpoint every payload is sent to.")
+    method: Literal["POST", "PUT", "PATCH"] = Field("POST", description="HTTP method of each request.")
+    timeout_seconds: float = Field(30, gt=0, description="Longest wait for one response.")
+    headers: dict[str, str] = Field(default_factory=dict, description="Headers added to every request.")
+    max_retries: int = Field(3, ge=0, description="Retries of a failed request before on_delivery_error decides.")
 
 
 class RedisSinkConfig(SinkBase):
-    url: str = Field("redis://localhost:6379/0", min_length=1)
-    key_prefix: str = ""
+    url: str = Field("redis://localhost:6379/0", min_length=1, description="Redis connection URL.")
+    key_prefix: str = Field("", description="Prepended to every key written.")
 
 
 class FileSinkConfig(SinkBase):
-    base_path: str = Field(..., min_length=1, description="Directory every written path must stay inside.")
+    base_path: ConfigPath = Field(..., min_length=1, description="Directory every written path must stay inside (relative: to the config file).")
 
 
 SinkType = Literal["kafka", "postgres", "mongo", "http", "redis", "filesystem"]
@@ -146,12 +152,12 @@ SinkType = Literal["kafka", "postgres", "mongo", "http", "redis", "filesystem"]
 class SinksConfig(Section):
     """Named sink instances per type: ``sinks.<type>.<name>``."""
 
-    kafka: dict[str, KafkaSinkConfig] = Field(default_factory=dict)
-    postgres: dict[str, PostgresSinkConfig] = Field(default_factory=dict)
-    mongo: dict[str, MongoSinkConfig] = Field(default_factory=dict)
-    http: dict[str, HttpSinkConfig] = Field(default_factory=dict)
-    redis: dict[str, RedisSinkConfig] = Field(default_factory=dict)
-    filesystem: dict[str, FileSinkConfig] = Field(default_factory=dict)
+    kafka: dict[str, KafkaSinkConfig] = Field(default_factory=dict, description="Kafka topics, by sink name.")
+    postgres: dict[str, PostgresSinkConfig] = Field(default_factory=dict, description="PostgreSQL databases, by sink name.")
+    mongo: dict[str, MongoSinkConfig] = Field(default_factory=dict, description="MongoDB databases, by sink name.")
+    http: dict[str, HttpSinkConfig] = Field(default_factory=dict, description="HTTP endpoints, by sink name.")
+    redis: dict[str, RedisSinkConfig] = Field(default_factory=dict, description="Redis servers, by sink name.")
+    filesystem: dict[str, FileSinkConfig] = Field(default_factory=dict, description="Directories of JSON Lines files, by sink name.")
 
     @field_validator("kafka", "postgres", "mongo", "http", "redis", "filesystem")
     @classmethod
@@ -183,19 +189,19 @@ class DlqConfig(Section):
         default_factory=dict,
         description="Extra librdkafka producer properties for the dead-letter producer, applied after the connection settings (security.*, sasl.*, ssl.*) it takes from kafka.extra.",
     )
-    path: str = Field("", description="Write dead letters as JSON Lines to this file instead of a topic (used with the local source).")
+    path: ConfigPath = Field("", description="Write dead letters as JSON Lines to this file instead of a topic (used with the local source; relative: to the config file).")
     on_send_failure: Literal["stall", "drop"] = Field("stall", description="When the DLQ refuses a record 5 times: keep retrying with backoff while the partition waits and readiness says why (stall), or count, log and let the offset complete (drop).")
     max_record_bytes: int = Field(900_000, ge=1_000, le=100_000_000, description="Largest DLQ record; bigger payloads keep their head, with their full size and SHA-256 in the record.")
 
 
 class MetricsConfig(Section):
-    enabled: bool = True
+    enabled: bool = Field(True, description="Serve /metrics, /healthz and /readyz.")
     port: int = Field(9090, ge=0, le=65535, description="Port of /metrics, /healthz and /readyz (0: pick a free one).")
 
 
 class LoggingConfig(Section):
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    format: Literal["json", "console"] = "json"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Least severe level logged.")
+    format: Literal["json", "console"] = Field("json", description="json: one JSON object per line; console: for people.")
 
     @field_validator("level", mode="before")
     @classmethod
@@ -206,9 +212,9 @@ class LoggingConfig(Section):
 class LocalSourceConfig(Section):
     """The embedded source: a JSONL file read as a partitioned log (no Kafka needed)."""
 
-    path: str = Field(..., min_length=1, description="JSONL file; one message per line.")
+    path: ConfigPath = Field(..., min_length=1, description="JSONL file, one message per line (relative: to the config file).")
     partitions: int = Field(1, ge=1, description="Lines are spread over this many partitions (line number modulo).")
-    offsets_path: str = Field("", description="Where committed offsets are kept so a rerun resumes; empty: '<path>.offsets.json'.")
+    offsets_path: ConfigPath = Field("", description="Where committed offsets are kept so a rerun resumes (relative: to the config file); empty: '<path>.offsets.json'.")
     exit_when_done: bool = Field(True, description="Stop the worker once every line is processed and committed.")
 
 

@@ -1,6 +1,7 @@
 """The configuration reference, generated from the models (``python -m knarr.config.reference``).
 
-The README embeds its output between markers; a test fails when the two drift apart.
+The README embeds it between markers, and the exit-code table (``knarr.errors``) between its
+own; ``--write README.md`` regenerates both, and a test fails when either drifts.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from knarr.config.models import SinksConfig
+from knarr.config.paths import path_fields
 from knarr.config.root import KnarrConfig
+from knarr.errors import exit_code_table
 
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
+EXIT_CODES_START, EXIT_CODES_END = "<!-- exit-codes:start -->", "<!-- exit-codes:end -->"
 
 
 def _type_name(annotation: object) -> str:
@@ -29,6 +33,8 @@ def _default(field) -> str:
     value = field.default_factory() if field.default_factory is not None else field.default
     if isinstance(value, BaseModel):
         return ""
+    if value is None:
+        return "(unset)"
     return f"`{value!r}`"
 
 
@@ -58,6 +64,11 @@ def render() -> str:
         "`KNARR_` + the path in upper case with `__` between levels (e.g. `KNARR_EXECUTOR__MAX_EXECUTORS=8`, "
         "`KNARR_SINKS__KAFKA__RESULTS__TOPIC=out`). Unknown keys and invalid values stop startup.",
         "",
+        "Paths in the YAML file — " + ", ".join(f"`{key}`" for key in path_fields(KnarrConfig))
+        + " (the file form of `handler`) — are relative to the file's own directory, so a config works from any "
+        "working directory; absolute paths stay as they are, and a path given by an env override is taken as given "
+        "(relative to the working directory).",
+        "",
     ]
     parts += _section("(root)", KnarrConfig, "")
     for name, field in KnarrConfig.model_fields.items():
@@ -77,16 +88,17 @@ def render() -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
-def embed(text: str, reference: str) -> str:
-    head, _, rest = text.partition(START)
-    _, _, tail = rest.partition(END)
-    return f"{head}{START}\n{reference}{END}{tail}"
+def embed(text: str, reference: str, start: str = START, end: str = END) -> str:
+    head, _, rest = text.partition(start)
+    _, _, tail = rest.partition(end)
+    return f"{head}{start}\n{reference}{end}{tail}"
 
 
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "--write":
         path = Path(argv[1])
-        path.write_text(embed(path.read_text(), render()))
+        text = embed(path.read_text(), render())
+        path.write_text(embed(text, exit_code_table(), EXIT_CODES_START, EXIT_CODES_END))
         return 0
     sys.stdout.write(render())
     return 0

@@ -22,6 +22,7 @@ from knarr.config.models import (
     SinksConfig,
     SourceConfig,
 )
+from knarr.config.paths import HandlerSpec, resolve_paths
 
 ENV_PREFIX = "KNARR_"
 ENV_DELIMITER = "__"
@@ -39,13 +40,18 @@ class KnarrConfig(BaseSettings):
         nested_model_default_partial_update=True,
     )
 
-    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
-    source: SourceConfig = Field(default_factory=SourceConfig)
-    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
-    sinks: SinksConfig = Field(default_factory=SinksConfig)
-    dlq: DlqConfig = Field(default_factory=DlqConfig)
-    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
-    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig, description="The source topic, its brokers and the consumer group.")
+    source: SourceConfig = Field(default_factory=SourceConfig, description="Kafka (the default) or a local JSONL file.")
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig, description="How tasks run: the subprocess pool, windows, retries, backpressure.")
+    sinks: SinksConfig = Field(default_factory=SinksConfig, description="Where hook outputs go: named sinks per type (at least one).")
+    dlq: DlqConfig = Field(default_factory=DlqConfig, description="Where failed deliveries and unprocessable windows go.")
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="The /metrics, /healthz and /readyz server.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Log level and format.")
+    handler: HandlerSpec = Field(
+        "",
+        description="The handler class, 'package.module:Class' or 'path/to/file.py:Class' (a file is relative "
+        "to the config file); the --handler option overrides it.",
+    )
     worker_name_env: str = Field("WORKER_ID", description="Environment variable holding this worker's name.")
     cluster_name: str = Field("", description="Logical cluster name, bound to every log line.")
     cluster_name_env: str = Field("", description="Environment variable that overrides cluster_name when set.")
@@ -79,8 +85,16 @@ class KnarrConfig(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         yaml_path = _YAML_PATH.get()
         if yaml_path is not None:
-            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_path))
+            sources.append(_YamlRelativeToFile(settings_cls, yaml_file=yaml_path))
         return tuple(sources)
+
+
+class _YamlRelativeToFile(YamlConfigSettingsSource):
+    """The YAML file, with its relative paths made relative to the file's own directory."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        data = super()._read_file(file_path)
+        return resolve_paths(KnarrConfig, data, Path(file_path).resolve().parent)
 
 
 # The YAML path travels to settings_customise_sources through a context variable,

@@ -22,6 +22,7 @@ from knarr.engine.processes import run_process
 from knarr.engine.scheduling import SlotScheduler
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
+from knarr.observability.task_failures import task_failures
 
 log = get_logger(component="executor")
 _completed = metrics.tasks.labels("completed")
@@ -60,23 +61,25 @@ class TaskExecutor:
             error = outcome
             if error.reason == "expired":
                 metrics.labelled(metrics.tasks, "expired").inc()
+                task_failures.failed(task, error, partition, "dropped: expired before it could start")
                 return Failed(error), attempt
             _failed.inc()
             decision = await self._on_error(task, error)
             if isinstance(decision, list):
                 metrics.labelled(metrics.tasks, "replaced").inc()
+                log.debug("task failed; replaced by on_error", task_id=task.task_id, replacements=len(decision))
                 return Replaced(error, decision), attempt
             if decision is ErrorAction.RETRY and attempt < self.max_attempts(task):
                 metrics.labelled(metrics.tasks, "retried").inc()
-                # Wait without holding a slot, so other tasks use the pool meanwhile.
-                await asyncio.sleep(
-                    retry_delay(attempt, self.config.retry_backoff_base_seconds, self.config.retry_backoff_max_seconds)
-                )
+                delay = retry_delay(attempt, self.config.retry_backoff_base_seconds, self.config.retry_backoff_max_seconds)
+                task_failures.failed(task, error, partition, f"retry {attempt + 1} of {self.max_attempts(task)} in {delay:.2f}s")
+                await asyncio.sleep(delay)  # without holding a slot, so other tasks use the pool meanwhile
                 attempt += 1
                 continue
             if decision is ErrorAction.RETRY:
-                log.warning("retries exhausted", task_id=task.task_id, attempts=attempt, partition=partition)
+                task_failures.failed(task, error, partition, f"retries exhausted after {attempt} attempt(s)")
                 return Failed(error, retries_exhausted=True), attempt
+            task_failures.failed(task, error, partition, "skipped")
             return Failed(error), attempt
 
     async def _attempt(self, task: ExecutorTask, partition: int, attempt: int) -> ExecutorResult | ExecutorError:

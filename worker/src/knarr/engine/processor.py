@@ -32,6 +32,7 @@ from knarr.engine.ledger import (
     Succeeded, Window,
 )
 from knarr.engine.stats import RunStats
+from knarr.errors import FatalError
 from knarr.observability import events, metrics
 from knarr.observability.logging import get_logger
 from knarr.sinks.delivery import Origin, SinkManager
@@ -40,10 +41,6 @@ IDLE_WAKEUP_SECONDS = 1.0
 STALL_FIRST_DELAY_SECONDS = 1.0
 STALL_MAX_DELAY_SECONDS = 60.0
 PARSE_POLICIES = ("arrange", "dlq", "skip")
-
-
-class FatalError(RuntimeError):
-    """Something the worker cannot go on from without losing data (e.g. an unknown sink name)."""
 
 
 class PartitionProcessor:

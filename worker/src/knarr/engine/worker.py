@@ -24,10 +24,12 @@ from knarr.engine.processes import seal_inherited_fds
 from knarr.engine.processor import PartitionProcessor
 from knarr.engine.scheduling import SlotScheduler
 from knarr.engine.stats import RunStats
+from knarr.errors import ExitCode
 from knarr.kafka import settings
 from knarr.observability import metrics
 from knarr.observability.health import HealthServer
 from knarr.observability.logging import configure_logging, get_logger
+from knarr.observability.ratelimit import Deduplicator
 from knarr.sinks import build_sinks
 from knarr.sinks.delivery import SinkManager
 from knarr.sinks.dlq import DeadLetterQueue, FileDeadLetterQueue
@@ -40,10 +42,7 @@ HOLD_LIMIT_SECONDS = 5.0  # longest hold before the client pauses every partitio
 # (they talk to servers that may be down), and the whole shutdown this long past the drain timeout.
 SHUTDOWN_STEP_SECONDS = 3.0
 SHUTDOWN_GRACE_SECONDS = 10.0
-
-EXIT_OK = 0
-EXIT_FATAL = 1
-EXIT_UNCLEAN_DRAIN = 4  # stopped as asked, but in-flight work was left to be replayed
+FLOW_LOG_SECONDS = 30.0  # backpressure changes: at most one INFO line per kind in this long
 
 
 class Worker:
@@ -56,6 +55,7 @@ class Worker:
         self.log = get_logger()
         self._running = False
         self._flow = Flow()
+        self._flow_changes = Deduplicator(window_seconds=FLOW_LOG_SECONDS)
         self._held_since: float | None = None
         self._client_paused: set[int] = set()
         self._progress = asyncio.Event()  # a task or message finished while the worker holds
@@ -80,7 +80,8 @@ class Worker:
         cluster = os.environ.get(self.config.cluster_name_env, "") if self.config.cluster_name_env else ""
         configure_logging(
             self.config.logging.level, self.config.logging.format,
-            worker_id=self.worker_id, consumer_group=self.config.kafka.consumer_group,
+            worker_id=self.worker_id,
+            consumer_group=self.config.kafka.consumer_group if self.config.source.type == "kafka" else "",
             cluster=cluster or self.config.cluster_name, version=VERSION,
         )
         self.log = get_logger()
@@ -127,9 +128,11 @@ class Worker:
     def _build_dlq(self) -> Any:
         cfg = self.config
         if cfg.dlq.path:
-            return FileDeadLetterQueue(cfg.dlq.path, cfg.kafka.source_topic, cfg.dlq.max_record_bytes)
+            source_name = cfg.source.local.path if cfg.source.type == "local" and cfg.source.local else cfg.kafka.source_topic
+            return FileDeadLetterQueue(cfg.dlq.path, source_name, cfg.dlq.max_record_bytes)
         return DeadLetterQueue(cfg.dlq_topic, settings.producer(cfg.kafka, cfg.dlq.brokers, cfg.dlq.extra),
-                               cfg.kafka.source_topic, cfg.dlq.max_record_bytes)
+                               cfg.kafka.source_topic, cfg.dlq.max_record_bytes,
+                               startup_timeout=cfg.kafka.startup_timeout_seconds)
 
     def _build_source(self) -> Source:
         cfg = self.config
@@ -137,7 +140,7 @@ class Worker:
             from knarr.sources.local import LocalSource
 
             assert cfg.source.local is not None
-            return LocalSource(cfg.source.local, cfg.kafka.source_topic)
+            return LocalSource(cfg.source.local)
         from knarr.sources.kafka import KafkaSource
 
         return KafkaSource(cfg.kafka, cfg.executor, client_id=self.worker_id)
@@ -199,7 +202,7 @@ class Worker:
     def _signalled(self) -> None:
         if self._stop.is_set() and self.hard_deadline:
             self.log.warning("second stop signal: exiting now; uncommitted work will be replayed")
-            _exit_now(EXIT_UNCLEAN_DRAIN)
+            _exit_now(ExitCode.DRAIN_INCOMPLETE)
         self.stop()
 
     def _arm_deadline(self) -> None:
@@ -211,7 +214,7 @@ class Worker:
             self.log.error("shutdown overran its deadline (a client is stuck on an unreachable server); exiting now, "
                            "uncommitted work will be replayed", seconds=seconds)
             if self._exit_code is None:
-                _exit_now(EXIT_FATAL if self._fatal is not None else EXIT_UNCLEAN_DRAIN)
+                _exit_now(ExitCode.FATAL if self._fatal is not None else ExitCode.DRAIN_INCOMPLETE)
             _exit_now(self._exit_code)  # the shutdown was done; the interpreter's exit hung on a stuck thread
 
         self._deadline_timer = threading.Timer(seconds, overrun)
@@ -315,15 +318,26 @@ class Worker:
                 self._progress.set()
 
     def _log_flow(self, flow: Flow, loads: dict[int, int]) -> None:
-        load = sum(loads.values())
+        """Each kind of change at most once per FLOW_LOG_SECONDS at INFO, with how often it changed meanwhile.
+
+        Under steady load the hold flaps several times a second; a line per change would bury the log.
+        """
+        load, now = sum(loads.values()), time.monotonic()
+
+        def info(kind: str, message: str, **fields: Any) -> None:
+            emit, unlogged = self._flow_changes.seen(kind, now)
+            if emit:
+                self.log.info(message, load=load, **({"repeated": unlogged} if unlogged else {}), **fields)
+            else:
+                self.log.debug(message, load=load, **fields)
+
         if flow.hold != self._flow.hold:
-            self.log.info("backpressure on: holding" if flow.hold else "backpressure off: consuming", load=load)
+            info("hold" if flow.hold else "release", "backpressure on: holding" if flow.hold else "backpressure off: consuming")
         if flow.isolated - self._flow.isolated:
-            self.log.info("partition flooded by fan-out: paused while the others flow",
-                          partitions=sorted(flow.isolated - self._flow.isolated), load=load)
+            info("isolate", "partition flooded by fan-out: paused while the others flow",
+                 partitions=sorted(flow.isolated - self._flow.isolated))
         if self._flow.isolated - flow.isolated:
-            self.log.info("flooded partition drained: resuming",
-                          partitions=sorted(self._flow.isolated - flow.isolated), load=load)
+            info("rejoin", "flooded partition drained: resuming", partitions=sorted(self._flow.isolated - flow.isolated))
 
     def _committable(self) -> dict[int, int]:
         out = {}
@@ -402,7 +416,8 @@ class Worker:
                       fatal=str(self._fatal) if self._fatal else None)
         # The deadline stays armed: if a thread stuck in a client keeps the interpreter from exiting,
         # it ends the process with this exit code.
-        self._exit_code = EXIT_FATAL if self._fatal is not None else EXIT_OK if clean else EXIT_UNCLEAN_DRAIN
+        self._exit_code = (ExitCode.FATAL if self._fatal is not None
+                           else ExitCode.OK if clean else ExitCode.DRAIN_INCOMPLETE)
         if self._stuck and self.hard_deadline:
             # A thread is still inside a client talking to a server that does not answer; a normal
             # exit would wait for it. Everything that could be done safely is done.

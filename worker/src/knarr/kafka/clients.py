@@ -30,43 +30,29 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from knarr.kafka.settings import Settings
+from knarr.observability.kafka_logs import ClientLog
 
 # librdkafka's own log lines, as stdlib log records (served by poll/consume, on the caller's thread).
 LIBRDKAFKA_LOGGER = logging.getLogger("knarr.librdkafka")
 
 
-class ErrorLog:
-    """The client's error callback: keeps the last few errors for people-facing messages."""
-
-    __slots__ = ("errors",)
-
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-
-    def __call__(self, err: KafkaError) -> None:
-        self.errors = [*self.errors[-9:], str(err)]
-
-    def last(self, default: object) -> str:
-        return self.errors[-1] if self.errors else str(default)
+def _hooks(log: ClientLog | None) -> dict[str, Any]:
+    if log is None:
+        return {"logger": LIBRDKAFKA_LOGGER}
+    return {"logger": log.logger, "error_cb": log.error_cb}
 
 
-def _hooks(errors: ErrorLog | None) -> dict[str, Any]:
-    hooks: dict[str, Any] = {"logger": LIBRDKAFKA_LOGGER}
-    if errors is not None:
-        hooks["error_cb"] = errors
-    return hooks
+def open_consumer(settings: Settings, log: ClientLog | None = None) -> Consumer:
+    """A consumer whose librdkafka log lines and errors go through ``log`` (structlog, deduplicated)."""
+    return Consumer({**settings, **_hooks(log)})
 
 
-def open_consumer(settings: Settings, errors: ErrorLog | None = None) -> Consumer:
-    return Consumer({**settings, **_hooks(errors)})
-
-
-def open_producer(settings: Settings, errors: ErrorLog | None = None) -> Producer:
-    return Producer({**settings, **_hooks(errors)})
+def open_producer(settings: Settings, log: ClientLog | None = None) -> Producer:
+    return Producer({**settings, **_hooks(log)})
 
 
 def close_consumer(consumer: Consumer | None, on_error: Callable[[str], None] | None = None) -> None:

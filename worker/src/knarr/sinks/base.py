@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from knarr.errors import UnavailableError
+
 
 class Sink(Protocol):
     sink_type: str
@@ -18,5 +20,5 @@ class Sink(Protocol):
     async def close(self) -> None: ...
 
 
-class SinkConnectError(RuntimeError):
+class SinkConnectError(UnavailableError):
     """A sink could not be reached at startup."""

@@ -23,6 +23,7 @@ from knarr.api.tasks import ExecutorError, ExecutorTask
 from knarr.engine.hooks import call_hook
 from knarr.engine.backoff import retry_delay
 from knarr.engine.stats import RunStats
+from knarr.errors import FatalError
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 from knarr.sinks.base import Sink
@@ -35,7 +36,7 @@ DLQ_SEND_ATTEMPTS = 5  # before dlq.on_send_failure applies
 DLQ_STALL_MAX_DELAY = 30.0
 
 
-class DeliveryFailedError(RuntimeError):
+class DeliveryFailedError(FatalError):
     """Payloads could be neither delivered nor dead-lettered: the worker must stop without committing."""
 
 

@@ -46,18 +46,24 @@ def envelope(error: DeliveryError, partition: int | None, source_topic: str = ""
     }
     if error.task is not None:
         record["task"] = error.task
-    if len(json.dumps(record)) <= max_bytes:
+    if len(record_json(record)) <= max_bytes:
         return record
     record["payload_sizes"] = [len(p.encode()) for p in payloads]
     record["payload_sha256"] = [hashlib.sha256(p.encode()).hexdigest() for p in payloads]
     record["original_payloads"] = [""] * len(payloads)
     record["truncated"] = True
-    share = max(0, (max_bytes - len(json.dumps(record)) - 64) // max(1, len(payloads)))
+    share = max(0, (max_bytes - len(record_json(record)) - 64) // max(1, len(payloads)))
     record["original_payloads"] = [_head(p, share) for p in payloads]
     return record
 
 
 TASK_STDERR_CHARS = 2000
+
+
+def record_json(record: dict[str, Any]) -> str:
+    """A DLQ record as JSON. Anything JSON cannot hold (a task's metadata may carry any object) is
+    written as its str(): a dead letter must never fail for how it is written."""
+    return json.dumps(record, default=str)
 
 
 def task_record(task: ExecutorTask, error: ExecutorError) -> dict[str, Any]:
@@ -113,21 +119,22 @@ def _payload_json(payload: Any) -> str:
 
 class DeadLetterQueue:
     def __init__(self, topic: str, producer_settings: Settings, source_topic: str,
-                 max_record_bytes: int = MAX_RECORD_BYTES) -> None:
+                 max_record_bytes: int = MAX_RECORD_BYTES, startup_timeout: float = 30.0) -> None:
         self.topic = topic
         self.max_record_bytes = max_record_bytes
+        self.startup_timeout = startup_timeout
         self.brokers = producer_settings["bootstrap.servers"]
         self.source_topic = source_topic
         self._producer = AsyncProducer(producer_settings)
 
     async def connect(self) -> None:
         try:
-            await asyncio.to_thread(self._producer.connect)
+            await asyncio.to_thread(self._producer.connect, self.startup_timeout)
         except ConnectionError as exc:
             raise SinkConnectError(f"dead-letter queue (topic {self.topic!r}): {exc}") from None
 
     async def send(self, error: DeliveryError, partition: int | None) -> None:
-        record = json.dumps(envelope(error, partition, self.source_topic, self.max_record_bytes)).encode()
+        record = record_json(envelope(error, partition, self.source_topic, self.max_record_bytes)).encode()
         await self._producer.produce(self.topic, record, key=str(partition).encode() if partition is not None else None)
 
     async def close(self) -> None:
@@ -154,7 +161,7 @@ class FileDeadLetterQueue:
 
     async def send(self, error: DeliveryError, partition: int | None) -> None:
         with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(envelope(error, partition, self.source_topic, self.max_record_bytes)) + "\n")
+            fh.write(record_json(envelope(error, partition, self.source_topic, self.max_record_bytes)) + "\n")
 
     async def close(self) -> None:
         return None

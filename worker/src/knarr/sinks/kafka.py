@@ -19,11 +19,12 @@ class KafkaSink:
         self.name = name
         self.config = config
         self.brokers = config.brokers or kafka.brokers
+        self.startup_timeout = kafka.startup_timeout_seconds
         self._producer = AsyncProducer(settings.producer(kafka, config.brokers, config.extra))
 
     async def connect(self) -> None:
         try:
-            await asyncio.to_thread(self._producer.connect)
+            await asyncio.to_thread(self._producer.connect, self.startup_timeout)
         except ConnectionError as exc:
             raise SinkConnectError(f"kafka sink {self.name!r} (topic {self.config.topic!r}): {exc}") from None
 

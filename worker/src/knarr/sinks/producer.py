@@ -8,7 +8,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from knarr.kafka.clients import ErrorLog, close_producer, open_producer
+from knarr.kafka.clients import close_producer, open_producer
+from knarr.observability.kafka_logs import ClientLog
 
 # One record: value, key, headers.
 Record = tuple[bytes, bytes | None, dict[str, str] | None]
@@ -35,14 +36,18 @@ class AsyncProducer:
         self._reports: deque[tuple[_Batch, KafkaError | None]] = deque()  # appended by delivery callbacks
 
     def connect(self, check_timeout: float = 10.0) -> None:
-        errors = ErrorLog()
-        producer = open_producer(self._conf, errors)
+        client_log = ClientLog("producer")
+        client_log.quiet = True  # until the brokers answer: a failure is reported in one line
+        producer = open_producer(self._conf, client_log)
         try:
             producer.list_topics(timeout=check_timeout)
         except KafkaException as exc:
+            producer.poll(0)  # serve the queued log lines, so the last error can be named
             close_producer(producer, flush_timeout=0)
-            detail = errors.last(exc)
-            raise ConnectionError(f"cannot reach Kafka at {self._conf.get('bootstrap.servers')!r}: {detail}") from None
+            raise ConnectionError(
+                client_log.unreachable(str(self._conf.get("bootstrap.servers")), check_timeout, str(exc))
+            ) from None
+        client_log.quiet = False
         self._producer = producer
 
     def _poll_soon(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from knarr.errors import FatalError
 
-class SinkResolutionError(ValueError):
+
+class SinkResolutionError(FatalError, ValueError):
     """A payload names a sink that is not configured, or leaves the choice ambiguous."""
 
 

@@ -16,11 +16,13 @@ from typing import Any
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from knarr.kafka import settings
-from knarr.kafka.clients import ErrorLog, close_consumer, open_consumer
+from knarr.kafka.clients import close_consumer, open_consumer
 
 from knarr.api.messages import SourceMessage
 from knarr.config.models import ExecutorConfig, KafkaConfig
+from knarr.errors import UnavailableError
 from knarr.observability import metrics
+from knarr.observability.kafka_logs import ClientLog
 from knarr.observability.logging import get_logger
 from knarr.sources.base import AssignFn, RevokeFn
 
@@ -35,6 +37,7 @@ class KafkaSource:
         self.topic = kafka.source_topic
         self._conf = settings.source_consumer(kafka, client_id)
         self._revoke_wait = executor.drain_timeout_seconds + 10
+        self._startup_timeout = kafka.startup_timeout_seconds
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="knarr-kafka")
         self._consumer: Consumer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -52,17 +55,19 @@ class KafkaSource:
         await self._loop.run_in_executor(self._thread, self._start_sync)
 
     def _start_sync(self) -> None:
-        errors = ErrorLog()
-        self._consumer = open_consumer(self._conf, errors)
+        client_log = ClientLog("consumer")
+        client_log.quiet = True  # until the brokers answer: a failure is reported in one line
+        self._consumer = open_consumer(self._conf, client_log)
         try:
-            self._consumer.list_topics(timeout=10)
+            self._consumer.list_topics(timeout=self._startup_timeout)
         except KafkaException as exc:
-            detail = errors.last(exc)
+            self._consumer.poll(0)  # serve the queued log lines, so the last error can be named
             close_consumer(self._consumer)
             self._consumer = None
-            raise ConnectionError(
-                f"cannot reach Kafka at {self._conf['bootstrap.servers']!r}: {detail}; check kafka.brokers"
+            raise UnavailableError(
+                client_log.unreachable(self._conf["bootstrap.servers"], self._startup_timeout, str(exc))
             ) from None
+        client_log.quiet = False
         self._consumer.subscribe(
             [self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
         )

@@ -14,14 +14,18 @@ from pathlib import Path
 
 from knarr.api.messages import SourceMessage
 from knarr.config.models import LocalSourceConfig
+from knarr.errors import UnavailableError
+from knarr.observability import metrics
 from knarr.sources.base import AssignFn, RevokeFn
 
 IDLE_SECONDS = 0.05
 
 
 class LocalSource:
-    def __init__(self, config: LocalSourceConfig, topic: str) -> None:
-        self.topic = topic
+    """``topic`` names the source in messages, logs and dead letters: by default, the file."""
+
+    def __init__(self, config: LocalSourceConfig, topic: str | None = None) -> None:
+        self.topic = topic or config.path
         self.path = Path(config.path)
         self.partitions = config.partitions
         self.offsets_path = Path(config.offsets_path or f"{config.path}.offsets.json")
@@ -33,16 +37,24 @@ class LocalSource:
         self._eof = False
         self._paused = False
         self._on_revoke: RevokeFn | None = None
+        self.total: int | None = None  # lines this run has to process, known once started
 
     async def start(self, on_assign: AssignFn, on_revoke: RevokeFn) -> None:
         if not self.path.is_file():
-            raise FileNotFoundError(f"source.local.path {str(self.path)!r} does not exist; point it at a JSONL file")
+            raise UnavailableError(f"source.local.path {str(self.path)!r} does not exist; point it at a JSONL file")
         self._on_revoke = on_revoke
+        try:
+            self.offsets_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UnavailableError(f"source.local.offsets_path {str(self.offsets_path)!r}: its directory cannot be "
+                                   f"created ({exc.strerror}); point it at a writable place") from None
         if self.offsets_path.is_file():
             self._committed = {int(k): v for k, v in json.loads(self.offsets_path.read_text()).items()}
         total = sum(1 for _ in self.path.open("rb"))
         for p in range(self.partitions):
             self._ends[p] = len(range(p, total, self.partitions))
+        self.total = sum(max(0, end - self._committed.get(p, 0)) for p, end in self._ends.items())
+        self._publish_offsets(self._committed)
         # Resume at the first line any partition still needs.
         starts = [self._committed.get(p, 0) * self.partitions + p for p in range(self.partitions)]
         self._line = min(starts) if starts else 0
@@ -84,7 +96,18 @@ class LocalSource:
         tmp = self.offsets_path.with_suffix(".tmp")
         tmp.write_text(json.dumps({str(k): v for k, v in sorted(self._committed.items())}))
         os.replace(tmp, self.offsets_path)  # atomic: a crash leaves the old or the new file, never half
+        self._publish_offsets(commits)
+        for partition in commits:
+            metrics.labelled(metrics.offsets_committed, str(partition)).inc()
         return dict(commits)
+
+    def _publish_offsets(self, offsets: dict[int, int]) -> None:
+        """The same committed-offset and lag metrics as the Kafka source reports."""
+        for partition, offset in offsets.items():
+            metrics.labelled(metrics.committed_offset, str(partition)).set(offset)
+            end = self._ends.get(partition)
+            if end is not None:
+                metrics.labelled(metrics.consumer_lag, str(partition)).set(max(0, end - offset))
 
     def set_paused(self, partitions: set[int]) -> None:
         # One reader feeds every partition, so pausing any one pauses the read.

@@ -1,0 +1,106 @@
+"""The ``knarr`` command: run, check, init, demo and backfill.
+
+Every subcommand returns an exit code; an error for people (:class:`knarr.errors.KnarrError`)
+is printed as one message, prefixed with the command, and ends the command with the code
+its class carries (see ``knarr.errors.ExitCode`` and the README's table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from knarr.config.root import CONFIG_PATH_ENV
+from knarr.errors import ExitCode, KnarrError
+
+
+def _run(args: argparse.Namespace) -> int:
+    from knarr.cli.run import run_command
+
+    return run_command(args.config, args.handler, progress=args.progress)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from knarr.cli.check import check_command
+
+    return check_command(args.config, args.handler)
+
+
+def _init(args: argparse.Namespace) -> int:
+    from knarr.cli.scaffold import init_command
+
+    return init_command(args.directory, force=args.force)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from knarr.demo.run import run_demo
+
+    return run_demo(args.out, kafka=args.kafka)
+
+
+def _backfill(args: list[str]) -> int:
+    try:
+        from knarr_spark.cli import main as backfill_main  # the Spark backfill package, installed separately
+    except ImportError:
+        print("knarr backfill: the Spark backfill package (knarr-spark) is not installed", file=sys.stderr)
+        return ExitCode.USAGE
+    return backfill_main(args)
+
+
+def version_text() -> str:
+    import platform
+
+    import confluent_kafka
+
+    from knarr import __version__
+
+    return (f"knarr {__version__} (Python {platform.python_version()}, confluent-kafka {confluent_kafka.__version__}, "
+            f"librdkafka {confluent_kafka.libversion()[0]})")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="knarr", description="Kafka -> subprocess stream processing")
+    p.add_argument("--version", action="version", version=version_text())
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    handler_help = ("module.path:Class or path/to/file.py:Class; default: the config's `handler` key")
+
+    run = sub.add_parser("run", help="run a worker")
+    run.add_argument("--config", help=f"YAML config file (or set {CONFIG_PATH_ENV})")
+    run.add_argument("--handler", help=handler_help)
+    run.add_argument("--no-progress", dest="progress", action="store_false",
+                     help="no progress bar (it only shows for the local source, on a terminal)")
+    run.set_defaults(fn=_run)
+
+    check = sub.add_parser("check", help="validate a config and its handler without connecting to anything")
+    check.add_argument("--config", help=f"YAML config file (or set {CONFIG_PATH_ENV})")
+    check.add_argument("--handler", help=handler_help)
+    check.set_defaults(fn=_check)
+
+    init = sub.add_parser("init", help="write a small working pipeline (handler, config, input, Pipeline manifest)")
+    init.add_argument("directory", help="where to write it (created if missing)")
+    init.add_argument("--force", action="store_true", help="overwrite files that exist")
+    init.set_defaults(fn=_init)
+
+    demo = sub.add_parser("demo", help="run the fan-out search demo on the embedded source")
+    demo.add_argument("--out", default="out/demo", help="where the demo writes its input and results")
+    demo.add_argument("--kafka", default=None, help="bootstrap servers: run the demo on Kafka instead")
+    demo.set_defaults(fn=_demo)
+
+    sub.add_parser("backfill", help="reprocess history on Spark (see knarr backfill --help)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "backfill":
+        return _backfill(argv[1:])
+    args = parser().parse_args(argv)  # bad arguments: argparse exits 2 (ExitCode.USAGE)
+    try:
+        return int(args.fn(args))
+    except KnarrError as exc:
+        print(f"knarr {args.command}: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except BrokenPipeError:  # `knarr check ... | head`: the reader left; that is not an error
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (so the interpreter's final flush is quiet)
+        return ExitCode.OK

@@ -1,0 +1,92 @@
+"""``knarr run``: load the config and handler, run a worker, and end a bounded run with a summary."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import sys
+import time
+
+from knarr.cli.summary import run_summary
+from knarr.config.loading import load_config
+from knarr.config.root import CONFIG_PATH_ENV, KnarrConfig
+from knarr.errors import ExitCode, UsageError
+from knarr.loader import load_handler_class
+from knarr.observability.progress import progress_bar
+from knarr.observability.task_failures import task_failures
+from knarr.engine.containment import contain_tasks
+from knarr.engine.worker import Worker
+
+PROGRESS_SECONDS = 0.1
+
+
+def handler_spec(config: KnarrConfig, option: str | None) -> str:
+    spec = option or config.handler
+    if not spec:
+        raise UsageError("no handler: pass --handler module:Class (or path/to/file.py:Class), "
+                         "or set `handler:` in the config")
+    return spec
+
+
+def load(config_path: str | None, handler_option: str | None) -> tuple[KnarrConfig, str]:
+    if not config_path and not os.environ.get(CONFIG_PATH_ENV):
+        raise UsageError(f"give --config PATH or set {CONFIG_PATH_ENV}")
+    config = load_config(config_path)
+    return config, handler_spec(config, handler_option)
+
+
+def run_command(config_path: str | None, handler_option: str | None, progress: bool = True) -> int:
+    config, spec = load(config_path, handler_option)
+    worker = Worker(config, load_handler_class(spec)())
+    worker.hard_deadline = True  # a process of its own: a shutdown that overruns its deadline exits
+    bounded = config.source.type == "local"
+    started = time.monotonic()
+    # This process is the worker's own: it may become the subreaper and cgroup of its tasks.
+    with contain_tasks(config.executor.task_cgroup):
+        code = asyncio.run(_run_with_progress(worker, progress and bounded))
+    task_failures.flush(now=math.inf)  # a storm's last "N more" line, even if its window was still open
+    if not bounded:
+        return code
+    code = bounded_exit_code(code, worker)
+    source = worker.source
+    print(run_summary(worker.stats, source=_shown(str(source.topic)) if source else "the local source",
+                      seconds=time.monotonic() - started, exit_code=code), file=sys.stderr)
+    if source is not None and getattr(source, "total", None) == 0:
+        print(f"  nothing left to do: every line is committed in {_shown(str(source.offsets_path))}; "
+              "delete that file to process the input again", file=sys.stderr)
+    return code
+
+
+def _shown(path: str) -> str:
+    """A path as short as it can be said from here."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def bounded_exit_code(code: int, worker: Worker) -> int:
+    """A bounded run that finished but left failed work behind says so in its exit code."""
+    if code == ExitCode.OK and (worker.stats.failed or worker.stats.dead_lettered):
+        return ExitCode.WORK_FAILED
+    return code
+
+
+async def _run_with_progress(worker: Worker, show: bool) -> int:
+    with progress_bar("messages", unit="msg", enabled=show) as bar:
+        run = asyncio.create_task(worker.run())
+        if bar is not None:
+            while not run.done():
+                _draw(bar, worker)
+                await asyncio.wait({run}, timeout=PROGRESS_SECONDS)
+            _draw(bar, worker)
+        return await run
+
+
+def _draw(bar, worker: Worker) -> None:
+    total = getattr(worker.source, "total", None)
+    if total is not None and bar.total != total:
+        bar.total = total
+    stats = worker.stats
+    bar.n = stats.messages
+    bar.set_postfix_str(f"tasks {stats.tasks}, failed {stats.failed}, dlq {stats.dead_lettered}", refresh=False)
+    bar.refresh()
