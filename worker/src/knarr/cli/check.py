@@ -18,7 +18,8 @@ from knarr.api.contract import HOOKS
 from knarr.api.handler import BaseHandler
 from knarr.config.loading import load_config
 from knarr.config.masking import masked
-from knarr.config.root import CONFIG_PATH_ENV, KnarrConfig, dump_config
+from knarr.cli.run import require_config_path
+from knarr.config.root import KnarrConfig, dump_config
 from knarr.errors import ExitCode, KnarrError, UsageError
 from knarr.loader import load_handler_class
 
@@ -26,14 +27,11 @@ OUTPUT_HOOKS = ("on_task_complete", "on_message_complete", "on_window_complete")
 
 
 def check_command(config_path: str | None, handler_option: str | None) -> int:
-    import os
-
-    if not config_path and not os.environ.get(CONFIG_PATH_ENV):
-        raise UsageError(f"give --config PATH or set {CONFIG_PATH_ENV}")
+    path = require_config_path(config_path)
     problems: list[str] = []
     config: KnarrConfig | None = None
     try:
-        config = load_config(config_path)
+        config = load_config(path)
     except KnarrError as exc:
         problems.append(str(exc))
     spec = handler_option or (config.handler if config else "")
@@ -50,7 +48,7 @@ def check_command(config_path: str | None, handler_option: str | None) -> int:
         return ExitCode.USAGE
 
     assert config is not None and handler_cls is not None
-    print(f"config:  {config_path or os.environ[CONFIG_PATH_ENV]}: ok")
+    print(f"config:  {path}: ok")
     hooks = [name for name in HOOKS if getattr(handler_cls, name) is not getattr(BaseHandler, name)]
     print(f"handler: {spec}: ok (hooks: {', '.join(hooks)})")
     for warning in warnings(config, handler_cls):

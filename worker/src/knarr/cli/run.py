@@ -29,10 +29,16 @@ def handler_spec(config: KnarrConfig, option: str | None) -> str:
     return spec
 
 
-def load(config_path: str | None, handler_option: str | None) -> tuple[KnarrConfig, str]:
-    if not config_path and not os.environ.get(CONFIG_PATH_ENV):
+def require_config_path(config_path: str | None) -> str:
+    """The config file named by --config or $KNARR_CONFIG."""
+    path = config_path or os.environ.get(CONFIG_PATH_ENV)
+    if not path:
         raise UsageError(f"give --config PATH or set {CONFIG_PATH_ENV}")
-    config = load_config(config_path)
+    return path
+
+
+def load(config_path: str | None, handler_option: str | None) -> tuple[KnarrConfig, str]:
+    config = load_config(require_config_path(config_path))
     return config, handler_spec(config, handler_option)
 
 

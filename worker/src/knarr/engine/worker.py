@@ -325,6 +325,7 @@ class Worker:
         load, now = sum(loads.values()), time.monotonic()
 
         def info(kind: str, message: str, **fields: Any) -> None:
+            metrics.labelled(metrics.backpressure_changes, kind).inc()
             emit, unlogged = self._flow_changes.seen(kind, now)
             if emit:
                 self.log.info(message, load=load, **({"repeated": unlogged} if unlogged else {}), **fields)

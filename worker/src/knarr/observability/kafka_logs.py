@@ -42,9 +42,10 @@ class ClientLog(logging.Handler):
         self.last_error = ""
         self.quiet = False  # record, but do not log (a startup check that reports in one line)
         self._log = log or get_logger(component="librdkafka", client=client)
-        self.logger = logging.getLogger(f"knarr.librdkafka.{client}.{next(_ids)}")
-        self.logger.handlers[:] = [self]
-        self.logger.setLevel(logging.DEBUG)
+        # Not from logging.getLogger: that registry keeps every logger forever, and a backfill
+        # makes clients per chunk. This one lives as long as its client.
+        self.logger = logging.Logger(f"knarr.librdkafka.{client}.{next(_ids)}", logging.DEBUG)
+        self.logger.addHandler(self)
         self.logger.propagate = False
 
     def emit(self, record: logging.LogRecord) -> None:

@@ -19,6 +19,7 @@ tasks_in_flight = Gauge("knarr_tasks_in_flight", "Tasks scheduled and not yet te
 pool_active = Gauge("knarr_pool_active", "Pool slots running a subprocess")
 queue_size = Gauge("knarr_partition_queue_size", "Messages queued in a partition processor", ["partition"])
 backpressure = Gauge("knarr_backpressure_active", "1 while backpressure holds consumption or pauses a partition")
+backpressure_changes = Counter("knarr_backpressure_changes_total", "Flow changes: hold, release, isolate (a partition flooded by fan-out), rejoin", ["change"])
 partitions_paused = Gauge("knarr_partitions_paused", "Partitions paused at the Kafka client: flooded by fan-out, or every partition during a long hold")
 offsets_committed = Counter("knarr_offsets_committed_total", "Offset commits", ["partition"])
 committed_offset = Gauge("knarr_committed_offset", "Last committed offset", ["partition"])
