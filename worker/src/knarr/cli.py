@@ -13,6 +13,7 @@ from knarr.config.root import CONFIG_PATH_ENV
 
 def _run(args: argparse.Namespace) -> int:
     from knarr.loader import HandlerLoadError, load_handler_class
+    from knarr.observability.health import ProbeServerError
     from knarr.runtime import Worker
     from knarr.sinks.base import SinkConnectError
 
@@ -30,7 +31,7 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"knarr run: {exc}", file=sys.stderr)
         return 2
-    except (SinkConnectError, ConnectionError, FileNotFoundError) as exc:
+    except (SinkConnectError, ConnectionError, FileNotFoundError, ProbeServerError) as exc:
         print(f"knarr run: cannot start: {exc}", file=sys.stderr)
         return 3
 
