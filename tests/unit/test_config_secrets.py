@@ -62,13 +62,17 @@ def test_a_secret_given_through_env_is_not_echoed(tmp_path):
 
 @pytest.mark.parametrize(
     "key", ["password", "sasl.password", "ssl.key.password", "ssl.keystore.password", "ssl.key.pem",
-            "sasl.oauthbearer.client.secret", "Authorization", "X-Api-Key", "GITHUB_TOKEN", "Cookie"],
+            "sasl.oauthbearer.client.secret", "Authorization", "X-Api-Key", "GITHUB_TOKEN", "Cookie",
+            "PGPASSWORD", "MYSQL_PWD", "AWS_SECRET_ACCESS_KEY", "X-Auth-Token"],
 )
 def test_keys_that_always_hold_secrets(key):
     assert is_secret_key(key)
 
 
-@pytest.mark.parametrize("key", ["sasl.mechanism", "security.protocol", "ssl.ca.location", "Content-Type", "PATH", "dsn"])
+@pytest.mark.parametrize(
+    "key", ["sasl.mechanism", "security.protocol", "ssl.ca.location", "ssl.key.location", "Content-Type", "PATH", "dsn",
+            "TOKENIZER_MODEL", "sasl.oauthbearer.token.endpoint.url", "GOOGLE_APPLICATION_CREDENTIALS"],
+)
 def test_keys_that_do_not_always_hold_secrets(key):
     assert not is_secret_key(key)
 

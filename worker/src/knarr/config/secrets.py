@@ -20,21 +20,25 @@ from urllib.parse import urlsplit
 
 MASK = "***"
 
-# Key names (matched anywhere in the key, case-insensitively) that always hold a secret.
+# Key names that always hold a secret (case-insensitive): a password anywhere in the name
+# (PGPASSWORD), "secret", a token as a word of its own (GITHUB_TOKEN, not TOKENIZER), API and
+# private keys, credentials-bearing headers, and librdkafka's inline key material.
 _SECRET_KEY = re.compile(
-    r"passw(or)?d|secret|token|credential|api[-_.]?key|authorization|cookie|private[-_.]?key"
-    r"|^ssl\.key\.pem$|^ssl_key$|^sasl\.oauthbearer\.config$",
+    r"passw(or)?d|(^|[^a-z])pwd($|[^a-z])|secret|(^|[^a-z])tokens?($|[^a-z])|api[-_.]?key|private[-_.]?key"
+    r"|authorization|cookie|^ssl\.key\.pem$|^ssl_key$|^sasl\.oauthbearer\.config$",
     re.IGNORECASE,
 )
+# Names that point at a secret rather than hold one (sasl.oauthbearer.token.endpoint.url).
+_POINTER_KEY = re.compile(r"(url|uri|endpoint|location|path|file)$", re.IGNORECASE)
 # Families of keys whose values are never printed (may be secrets, may not).
-_MASKED_KEY = re.compile(r"^sasl\.|^ssl\.key|^ssl\.keystore|^dsn$|^uri$|^url$", re.IGNORECASE)
+_MASKED_KEY = re.compile(r"^sasl\.|^ssl\.key|^ssl\.keystore|credential|^dsn$|^uri$|^url$", re.IGNORECASE)
 # `password=...` in key=value connection strings (libpq DSNs, ODBC, JDBC query strings).
 _KV_PASSWORD = re.compile(r"(passw(or)?d|pwd)\s*=\s*[^\s;&]+", re.IGNORECASE)
 
 
 def is_secret_key(key: str) -> bool:
     """True when a value under ``key`` is a secret whatever it looks like."""
-    return bool(_SECRET_KEY.search(key))
+    return bool(_SECRET_KEY.search(key)) and not _POINTER_KEY.search(key)
 
 
 def has_credentials(value: object) -> bool:
