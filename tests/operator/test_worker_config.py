@@ -58,6 +58,13 @@ def test_a_pipeline_without_sinks_is_rejected_with_the_workers_message(sample_sp
         render_worker_config(worker)
 
 
+def test_a_static_group_member_id_is_rejected_because_every_replica_would_share_it(sample_spec):
+    sample_spec["kafka"]["extra"] = {"group.instance.id": "worker"}
+    _, worker = split_spec(sample_spec)
+    with pytest.raises(InvalidConfig, match=r"kafka.extra.group.instance.id: every worker of a Pipeline reads the same config"):
+        render_worker_config(worker)
+
+
 def test_a_loopback_metrics_host_is_rejected_because_the_kubelet_probes_the_pod_ip(sample_spec):
     sample_spec["metrics"] = {"host": "127.0.0.1"}
     _, worker = split_spec(sample_spec)

@@ -24,7 +24,6 @@ def with_extra(extra: dict) -> dict:
         ("offset.store.method", "file", "committed to the group on the broker"),
         ("group.protocol", "consumer", "classic protocol's cooperative rebalance"),
         ("partition.assignment.strategy", "range", "drains only the partitions a rebalance moves"),
-        ("group.instance.id", "worker-1", "the broker would fence all but one"),
         ("group.id", "other", "use kafka.consumer_group"),
         ("bootstrap.servers", "b:9092", "use kafka.brokers"),
         ("session.timeout.ms", 10_000, "use kafka.session_timeout_ms"),
@@ -43,8 +42,9 @@ def test_a_refused_property_is_refused_whatever_its_case():
         config_from_dict(with_extra({"Enable.Auto.Commit": False}))
 
 
-def test_connection_and_tuning_properties_pass_through():
-    extra = {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "fetch.max.bytes": 1_048_576, "client.rack": "a"}
+def test_connection_tuning_and_static_membership_properties_pass_through():
+    extra = {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "fetch.max.bytes": 1_048_576, "client.rack": "a",
+             "group.instance.id": "worker-1"}
     assert config_from_dict(with_extra(extra)).kafka.extra == extra
 
 

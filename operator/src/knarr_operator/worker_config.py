@@ -57,6 +57,11 @@ def render_worker_config(worker_spec: Mapping[str, Any]) -> WorkerConfig:
             "metrics: the operator probes /healthz and /readyz on the metrics port, so "
             "metrics.enabled must be true and metrics.port a fixed port (not 0)"
         )
+    if any(key.strip().lower() == "group.instance.id" for key in validated.kafka.extra):
+        raise InvalidConfig(
+            "kafka.extra.group.instance.id: every worker of a Pipeline reads the same config, so all would claim "
+            "one static member id and the broker would fence all but one; leave it out"
+        )
     if _is_loopback(validated.metrics.host):
         raise InvalidConfig(
             f"metrics.host {validated.metrics.host!r}: the kubelet probes the pod's IP, which a loopback address "

@@ -32,9 +32,9 @@ REFUSED_CONSUMER_PROPERTIES: dict[str, str] = {
     "group.protocol": "knarr's revoke handling (drain, then commit, before a partition moves) is built on the classic protocol's cooperative rebalance",
     "partition.assignment.strategy": "knarr drains only the partitions a rebalance moves (cooperative-sticky); another strategy stops every partition on every rebalance, and mixed strategies cannot share a group during a rollout",
     "group.remote.assignor": "it belongs to group.protocol=consumer, which knarr does not use",
-    # Static membership: the config is shared by every replica, so one group.instance.id
-    # would be claimed by all of them, and the broker fences all but one.
-    "group.instance.id": "every worker reads the same config, so all would claim one static member id and the broker would fence all but one",
+    # group.instance.id (static membership) stays allowed: one id per worker process is safe
+    # and spares a rebalance on restart. The operator refuses it, since all of a Pipeline's
+    # replicas share one config and the broker would fence all but one of them.
     # Settings knarr has first-class keys for: extra is applied last and would win silently.
     "group.id": "use kafka.consumer_group",
     "bootstrap.servers": "use kafka.brokers",
