@@ -49,4 +49,10 @@ def test_rbac_grants_only_what_the_operator_uses():
     assert granted[("knarr.dev", "pipelines/status")] == {"get", "patch"}
     assert "delete" not in granted[("apps", "deployments")]  # children go by garbage collection
     assert granted[("", "events")] == {"create"}
-    assert ("", "secrets") not in granted  # secrets reach workers by reference only
+    assert granted[("", "secrets")] == {"get"}  # to hash the referenced ones; never listed or watched
+
+
+def test_access_to_secrets_can_be_left_out():
+    rendered = helm("template", "knarr", str(CHART), "--set", "rbac.readSecrets=false")
+    (role,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ClusterRole"]
+    assert not [rule for rule in role["rules"] if "secrets" in rule["resources"]]

@@ -43,6 +43,19 @@ def test_credential_fields_accept_a_secret_key_ref():
     assert "secretKeyRef" in dsn["description"]
 
 
+def test_every_value_of_a_credential_map_accepts_a_secret_key_ref():
+    props = _spec_props()
+    maps = [
+        props["kafka"]["properties"]["extra"],
+        props["executor"]["properties"]["env"],
+        props["sinks"]["properties"]["kafka"]["additionalProperties"]["properties"]["extra"],
+        props["sinks"]["properties"]["http"]["additionalProperties"]["properties"]["headers"],
+    ]
+    for schema in maps:
+        assert schema["additionalProperties"] == {"x-kubernetes-preserve-unknown-fields": True}
+        assert "secretKeyRef" in schema["description"]
+
+
 def test_the_local_source_is_not_offered_on_kubernetes():
     assert "source" not in _spec_props()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from knarr_operator.manifests import PipelineRef, render_children
-from knarr_operator.manifests.meta import CONFIG_HASH_ANNOTATION, SPEC_HASH_ANNOTATION
+from knarr_operator.manifests.meta import CONFIG_HASH_ANNOTATION, SECRETS_HASH_ANNOTATION, SPEC_HASH_ANNOTATION
 from knarr_operator.spec import split_spec
 from knarr_operator.worker_config import render_worker_config
 
@@ -70,7 +70,20 @@ def test_workers_run_as_non_root_on_a_read_only_root_filesystem_with_a_writable_
 def test_credentials_reach_the_worker_as_secret_env_and_user_env_follows(sample_spec):
     env = by_kind(render(sample_spec))["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]
     names = [e["name"] for e in env]
-    assert names == ["WORKER_ID", "KNARR_SINKS__POSTGRES__MAIN__DSN", "LOG_EXTRA"]
+    assert names == ["WORKER_ID", "KNARR_SINKS__POSTGRES__main__DSN", "LOG_EXTRA"]
+
+
+def test_the_digest_of_the_referenced_secrets_goes_on_the_pod_template(sample_spec):
+    operator, worker = split_spec(sample_spec)
+    children = render_children(PIPELINE, operator, render_worker_config(worker), 1, secrets_digest="0123abcd")
+    annotations = by_kind(children)["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[SECRETS_HASH_ANNOTATION] == "0123abcd"
+
+
+def test_without_referenced_secrets_the_pod_template_has_no_secrets_digest(sample_spec):
+    del sample_spec["sinks"]["postgres"]
+    annotations = by_kind(render(sample_spec))["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert SECRETS_HASH_ANNOTATION not in annotations
 
 
 def test_a_config_change_changes_the_pod_template_hash_so_pods_roll(sample_spec):

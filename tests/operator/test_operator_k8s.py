@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import secrets
 from typing import Any
 
@@ -132,6 +133,46 @@ def test_a_config_change_updates_the_configmap_and_rolls_the_pods(api, operator,
         "new pod template hash",
     )
     assert rolled["metadata"]["generation"] > first["metadata"]["generation"]
+
+
+def secrets_hash(deployment: dict[str, Any] | None) -> str | None:
+    return ((deployment or {}).get("spec", {}).get("template", {}).get("metadata", {}).get("annotations") or {}).get("knarr.dev/secrets-hash")
+
+
+def test_a_changed_secret_rolls_the_pods_and_no_credential_reaches_the_configmap(api, operator, ns, kafka_bootstrap, topic):
+    secrets = api.resources.get(api_version="v1", kind="Secret")
+    secrets.create(namespace=ns, body={"metadata": {"name": "pg"}, "stringData": {"dsn": "postgresql://app:pg-password@db/x"}})
+    secrets.create(namespace=ns, body={"metadata": {"name": "kafka-auth"}, "stringData": {"password": "first-password"}})
+    spec = spec_for(kafka_bootstrap, topic)
+    spec["kafka"]["extra"] = {"sasl.password": {"valueFrom": {"secretKeyRef": {"name": "kafka-auth", "key": "password"}}}}
+    create_pipeline(api, ns, "search", spec)
+    first = wait_for(lambda: (d := get(api, "apps/v1", "Deployment", ns, "search")) and secrets_hash(d) and d, 60, "a Deployment with a secrets hash")
+    (container,) = first["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+    assert env["KNARR_KAFKA__EXTRA__sasl.password"] == {"secretKeyRef": {"name": "kafka-auth", "key": "password"}}
+    assert env["KNARR_SINKS__POSTGRES__main__DSN"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
+    config = get(api, "v1", "ConfigMap", ns, "search-config")["data"]["config.yaml"]
+    assert "password" not in config and "dsn" not in config
+
+    secrets.patch(name="kafka-auth", namespace=ns, body={"stringData": {"password": "second-password"}},
+                  content_type="application/merge-patch+json")
+    rolled = wait_for(
+        lambda: (d := get(api, "apps/v1", "Deployment", ns, "search")) and secrets_hash(d) != secrets_hash(first) and d,
+        30, "a new secrets hash on the pod template",
+    )
+    assert rolled["metadata"]["generation"] > first["metadata"]["generation"]
+    assert "second-password" not in json.dumps(rolled) and "first-password" not in json.dumps(rolled)
+
+
+def test_a_secret_written_inline_becomes_an_invalid_config_condition_without_its_value(api, operator, ns, kafka_bootstrap, topic):
+    spec = spec_for(kafka_bootstrap, topic)
+    spec["kafka"]["extra"] = {"sasl.password": "inline-password"}
+    create_pipeline(api, ns, "search", spec)
+    body = wait_for(lambda: (b := pipeline(api, ns, "search")) and condition(b, "Ready").get("reason") == "InvalidConfig" and b, 30, "InvalidConfig")
+    message = condition(body, "Ready")["message"]
+    assert "kafka.extra.sasl.password" in message and "put it in a Secret" in message
+    assert "inline-password" not in message
+    assert get(api, "v1", "ConfigMap", ns, "search-config") is None
 
 
 def test_a_config_the_worker_rejects_becomes_an_invalid_config_condition(api, operator, ns, kafka_bootstrap, topic):

@@ -32,7 +32,7 @@ def test_a_secret_dsn_becomes_an_env_override_and_stays_out_of_the_file(sample_s
     assert "dsn" not in config.data["sinks"]["postgres"]["main"]
     assert "secret" not in config.to_yaml()
     (ref,) = config.secrets
-    assert ref.env_var() == {"name": "KNARR_SINKS__POSTGRES__MAIN__DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}
+    assert ref.env_var() == {"name": "KNARR_SINKS__POSTGRES__main__DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}
 
 
 def test_the_worker_reads_the_secret_override_over_the_rendered_file(sample_spec, tmp_path):
@@ -58,10 +58,17 @@ def test_a_pipeline_without_sinks_is_rejected_with_the_workers_message(sample_sp
         render_worker_config(worker)
 
 
-def test_a_mixed_case_sink_name_cannot_take_its_dsn_from_a_secret(sample_spec):
-    sample_spec["sinks"]["postgres"] = {"Main": sample_spec["sinks"]["postgres"]["main"]}
+def test_a_static_group_member_id_is_rejected_because_every_replica_would_share_it(sample_spec):
+    sample_spec["kafka"]["extra"] = {"group.instance.id": "worker"}
     _, worker = split_spec(sample_spec)
-    with pytest.raises(InvalidConfig, match="lower-case name"):
+    with pytest.raises(InvalidConfig, match=r"kafka.extra.group.instance.id: every worker of a Pipeline reads the same config"):
+        render_worker_config(worker)
+
+
+def test_a_loopback_metrics_host_is_rejected_because_the_kubelet_probes_the_pod_ip(sample_spec):
+    sample_spec["metrics"] = {"host": "127.0.0.1"}
+    _, worker = split_spec(sample_spec)
+    with pytest.raises(InvalidConfig, match=r"metrics.host '127.0.0.1': the kubelet probes the pod's IP"):
         render_worker_config(worker)
 
 

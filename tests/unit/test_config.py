@@ -30,12 +30,36 @@ def test_defaults_follow_the_configuration_reference(config_file):
 
 
 def test_env_overrides_are_deep_merged_over_yaml(config_file):
-    path = config_file(MINIMAL + "kafka: {brokers: 'yaml:1', source_topic: orders}\n")
+    path = config_file(MINIMAL + "  kafka: {results: {topic: in-file}}\nkafka: {brokers: 'yaml:1', source_topic: orders}\n")
     cfg = load_config(path, env={"KNARR_KAFKA__BROKERS": "env:2", "KNARR_SINKS__KAFKA__RESULTS__TOPIC": "out"})
     assert cfg.kafka.brokers == "env:2"
     assert cfg.kafka.source_topic == "orders"  # untouched sibling survives the merge
+    assert list(cfg.sinks.kafka) == ["results"]  # RESULTS names the file's sink, whatever its case
     assert cfg.sinks.kafka["results"].topic == "out"
     assert cfg.sinks.filesystem["out"].base_path == "/tmp/knarr-out"
+
+
+def test_map_keys_from_env_keep_their_case(config_file):
+    env = {
+        "KNARR_KAFKA__EXTRA__sasl.password": "pw",
+        "KNARR_EXECUTOR__ENV__AWS_REGION": "eu-north-1",
+        "KNARR_SINKS__HTTP__Api__URL": "https://example.invalid/in",
+        "KNARR_SINKS__HTTP__Api__HEADERS__Authorization": "Bearer x",
+    }
+    cfg = load_config(config_file(), env=env)
+    assert cfg.kafka.extra == {"sasl.password": "pw"}
+    assert cfg.executor.env == {"AWS_REGION": "eu-north-1"}
+    assert cfg.sinks.http["Api"].headers == {"Authorization": "Bearer x"}
+
+
+def test_a_section_given_whole_in_env_is_json(config_file):
+    cfg = load_config(config_file(), env={"KNARR_KAFKA__EXTRA": '{"client.rack": "a"}'})
+    assert cfg.kafka.extra == {"client.rack": "a"}
+
+
+def test_a_section_given_in_env_as_plain_text_says_to_use_json(config_file):
+    with pytest.raises(ConfigError, match=r"KNARR_KAFKA__EXTRA: kafka.extra is a section or map; give it as JSON"):
+        load_config(config_file(), env={"KNARR_KAFKA__EXTRA": "client.rack=a"})
 
 
 def test_the_config_path_may_come_from_knarr_config(config_file):

@@ -16,6 +16,7 @@ from knarr.errors import EXIT_CODE_MEANINGS, ConfigError, ExitCode, HandlerError
 INTERNAL = {
     "knarr.sinks.filesystem.PathEscapeError": "a payload's path: a delivery failure, dead-lettered like any other",
     "knarr_spark.processing.ChunkFailed": "tells Spark to run the task again; its last attempt is reported",
+    "knarr.config.librdkafka.ConsumerSettingsError": "the Kafka client refuses the settings: startup turns it into a ConfigError naming the keys",
     "knarr.engine.ledger.ArrangeRefused": "an arrange() result the engine will not run: that part of the window is dead-lettered",
 }
 

@@ -1,7 +1,8 @@
-"""Startup fails fast, with a message for people, when a sink or the source cannot be used."""
+"""Startup fails fast, with a message for people, when a sink, the source or the probes port cannot be used."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from knarr.errors import ExitCode
 from knarr.observability.kafka_logs import ClientLog
 
 HANDLER = f"{Path(__file__).resolve().parents[2]}/examples/quickstart/handler.py:WordCounter"
+INPUT = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "input.jsonl"
 
 
 def run_worker(tmp_path: Path, config: str) -> subprocess.CompletedProcess[str]:
@@ -82,3 +84,27 @@ def test_librdkafka_lines_reach_the_log_once_per_distinct_message_as_warnings():
     assert client_log.dedupe.seen(refused[0][1], time.monotonic())[0] is False  # the repeats were held back
     assert client_log.last_error.startswith("Connect to ipv4#127.0.0.1:1 failed: Connection refused")
 
+def test_a_taken_metrics_port_stops_startup_with_exit_code_3_naming_the_port(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run_worker(tmp_path, f"source: {{type: local, local: {{path: '{INPUT}'}}}}\n"
+                                    f"sinks: {{filesystem: {{out: {{base_path: '{tmp_path}/out'}}}}}}\n"
+                                    f"dlq: {{path: '{tmp_path}/dlq.jsonl'}}\n"
+                                    f"metrics: {{host: 127.0.0.1, port: {port}}}\n")
+    assert proc.returncode == 3
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"knarr run: cannot start: metrics.port {port} is already in use on 127.0.0.1 (another worker or program on "
+        "this host listens there); stop it, set metrics.port to a free port (0 picks one), or set metrics.enabled: false"
+    )
+    assert "Traceback" not in proc.stderr
+
+
+def test_kafka_settings_the_client_refuses_stop_startup_with_exit_code_2_naming_the_key(tmp_path):
+    proc = run_worker(tmp_path, "kafka: {brokers: '127.0.0.1:1', extra: {fetch.max.bytes: 1000, sasl.password: hunter2}}\n"
+                                f"sinks: {{filesystem: {{out: {{base_path: '{tmp_path}/out'}}}}}}\n"
+                                "metrics: {enabled: false}\n")
+    assert proc.returncode == 2
+    assert "kafka.extra.fetch.max.bytes, kafka.extra.message.max.bytes: the Kafka client (librdkafka) refuses" in proc.stderr
+    assert "hunter2" not in proc.stderr and "Traceback" not in proc.stderr

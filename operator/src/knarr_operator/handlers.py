@@ -16,10 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
+from kubernetes.dynamic.exceptions import ForbiddenError
 
 from knarr_operator.backfills import FINISHED, plan_backfills
 from knarr_operator.cluster import Cluster, load_client
 from knarr_operator.conditions import Observation, conditions, merge_transition_times
+from knarr_operator.credentials import kafka_extra_with_secrets, referenced_secrets, secrets_digest
 from knarr_operator.crd import GROUP, PLURAL, VERSION
 from knarr_operator.lag import KafkaUnreachable, LagReaders
 from knarr_operator.manifests import PipelineRef, render_children
@@ -31,6 +33,7 @@ from knarr_operator.worker_config import InvalidConfig, render_worker_config
 RESYNC_SECONDS = float(os.environ.get("KNARR_OPERATOR_RESYNC_SECONDS", "15"))
 SPARK = ("sparkoperator.k8s.io/v1beta2", "SparkApplication")
 
+_log = logging.getLogger("knarr_operator")
 _cluster: Cluster | None = None
 _lag_readers = LagReaders()
 _locks: dict[str, threading.Lock] = {}
@@ -112,7 +115,10 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
 
     existing = api.get("apps/v1", "Deployment", ref.namespace, ref.name)
     current = (existing or {}).get("spec", {}).get("replicas")
-    children = render_children(ref, spec, config, clamp_for_spec(spec.scaling, current))
+    wanted = referenced_secrets(config.secrets, spec.env)
+    secrets = _read_secrets(api, ref, wanted)
+    digest = secrets_digest(wanted, secrets) if wanted and secrets is not None else None
+    children = render_children(ref, spec, config, clamp_for_spec(spec.scaling, current), digest)
     for manifest in children.workload:
         outcome = api.apply(manifest)
         if outcome != "unchanged":
@@ -125,7 +131,8 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
     kafka = config.validated.kafka
     kafka_error = None
     try:
-        lag = _lag_readers.lag(ref.uid, kafka.brokers, kafka.consumer_group, kafka.source_topic, kafka.extra)
+        extra = kafka_extra_with_secrets(kafka.extra, config.secrets, secrets or {})
+        lag = _lag_readers.lag(ref.uid, kafka.brokers, kafka.consumer_group, kafka.source_topic, extra)
         new_status.update(lag=lag.total, partitions=lag.partitions)
     except KafkaUnreachable as exc:
         kafka_error = str(exc)
@@ -152,6 +159,22 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
     )
     new_status["conditions"] = conditions(observation)
     _write_status(patch, status, new_status)
+
+
+def _read_secrets(api: Cluster, ref: PipelineRef, wanted: list[tuple[str, str]]) -> dict[str, Any] | None:
+    """The Secrets the workers read, by name (None for a missing one); None when the operator may not read them."""
+    found: dict[str, Any] = {}
+    for name in sorted({secret for secret, _ in wanted}):
+        try:
+            found[name] = api.get("v1", "Secret", ref.namespace, name)
+        except ForbiddenError:
+            _log.warning("may not read Secret %s/%s: workers will not roll when it changes "
+                         "(grant get on secrets: chart value rbac.readSecrets)", ref.namespace, name)
+            return None
+        if found[name] is None:
+            _log.warning("Pipeline %s/%s references Secret %r, which does not exist: its workers cannot start",
+                         ref.namespace, ref.name, name)
+    return found
 
 
 def _autoscale(body: Mapping[str, Any], api: Cluster, ref: PipelineRef, scaling: Any, lag: Any, status: dict[str, Any], new_status: dict[str, Any]) -> int:

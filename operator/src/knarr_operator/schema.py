@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from knarr_operator.credentials import SECRET_FIELDS
+from knarr_operator.credentials import SECRET_FIELDS, SECRET_MAPS
 from knarr_operator.naming import camel
 
 SECRET_NOTE = "A string, or {valueFrom: {secretKeyRef: {name, key}}} to read it from a Secret."
@@ -33,17 +33,29 @@ def secret_or_string(description: str) -> dict[str, Any]:
     }
 
 
+def map_of_secret_or_string(description: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": (description + " " if description else "")
+        + "Each value: a string, or {valueFrom: {secretKeyRef: {name, key}}} to read it from a Secret.",
+        "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True},
+    }
+
+
 def model_schema(model: type[BaseModel], *, defaults: bool = False, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The object schema of ``model``; ``defaults`` also writes field defaults into the schema."""
     properties: dict[str, Any] = {}
     required: list[str] = []
     secrets = SECRET_FIELDS.get(model, frozenset())
+    secret_maps = SECRET_MAPS.get(model, frozenset())
     for name, field in model.model_fields.items():
         if name in exclude:
             continue
         key = field.alias or camel(name)
         if name in secrets:
             properties[key] = secret_or_string(explain_text(field, SECRET_NOTE))
+        elif name in secret_maps:
+            properties[key] = map_of_secret_or_string(explain_text(field))
         else:
             properties[key] = field_schema(field, defaults=defaults)
         if field.is_required():

@@ -8,6 +8,7 @@ Pipeline, not as a crash-looping pod: so the operator runs the worker's own
 from __future__ import annotations
 
 import copy
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import yaml
 from knarr.config import ConfigError, KnarrConfig, config_from_dict
 
-from knarr_operator.credentials import SECRET_FIELDS_BY_SINK_TYPE, SecretRef, secret_ref
+from knarr_operator.credentials import CredentialError, SecretRef, split_off_secrets
 from knarr_operator.naming import to_snake
 
 CONFIG_DIR = "/etc/knarr"
@@ -40,10 +41,13 @@ class WorkerConfig:
 def render_worker_config(worker_spec: Mapping[str, Any]) -> WorkerConfig:
     """camelCase spec sections → the worker's snake_case config, credentials split off, validated."""
     data = to_snake(KnarrConfig, copy.deepcopy(dict(worker_spec)))
-    secrets = _split_off_secrets(data)
+    try:
+        secrets = split_off_secrets(data)
+    except CredentialError as exc:
+        raise InvalidConfig(f"credentials (keys under spec):\n{exc}") from None
     candidate = copy.deepcopy(data)
     for ref in secrets:
-        _set_path(candidate, ref.config_path.split("."), f"<from secret {ref.secret}/{ref.key}>")
+        _set_path(candidate, list(ref.path), f"<from secret {ref.secret}/{ref.key}>")
     try:
         validated = config_from_dict(candidate)
     except ConfigError as exc:
@@ -53,36 +57,24 @@ def render_worker_config(worker_spec: Mapping[str, Any]) -> WorkerConfig:
             "metrics: the operator probes /healthz and /readyz on the metrics port, so "
             "metrics.enabled must be true and metrics.port a fixed port (not 0)"
         )
+    if any(key.strip().lower() == "group.instance.id" for key in validated.kafka.extra):
+        raise InvalidConfig(
+            "kafka.extra.group.instance.id: every worker of a Pipeline reads the same config, so all would claim "
+            "one static member id and the broker would fence all but one; leave it out"
+        )
+    if _is_loopback(validated.metrics.host):
+        raise InvalidConfig(
+            f"metrics.host {validated.metrics.host!r}: the kubelet probes the pod's IP, which a loopback address "
+            f"never answers; use 0.0.0.0 (or :: on IPv6 clusters)"
+        )
     return WorkerConfig(data=data, secrets=tuple(secrets), validated=validated)
 
 
-def _split_off_secrets(data: dict[str, Any]) -> list[SecretRef]:
-    refs: list[SecretRef] = []
-    sinks = data.get("sinks") or {}
-    for sink_type, fields in SECRET_FIELDS_BY_SINK_TYPE.items():
-        for name, sink in (sinks.get(sink_type) or {}).items():
-            if not isinstance(sink, dict):
-                continue
-            for field in sorted(fields):
-                ref = secret_ref(sink.get(field))
-                if ref is None:
-                    continue
-                if name != name.lower():
-                    raise InvalidConfig(
-                        f"sinks.{sink_type}.{name}.{field}: a sink whose {field} comes from a Secret needs a "
-                        f"lower-case name (the worker reads it from env KNARR_SINKS__{sink_type.upper()}__"
-                        f"{name.upper()}__{field.upper()}, and env names carry no case); rename the sink"
-                    )
-                del sink[field]
-                refs.append(
-                    SecretRef(
-                        env_name=f"KNARR_SINKS__{sink_type.upper()}__{name.upper()}__{field.upper()}",
-                        secret=ref[0],
-                        key=ref[1],
-                        config_path=f"sinks.{sink_type}.{name}.{field}",
-                    )
-                )
-    return refs
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
 
 
 def _set_path(data: dict[str, Any], path: list[str], value: Any) -> None:

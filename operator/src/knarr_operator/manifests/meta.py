@@ -13,6 +13,7 @@ MANAGED_BY = "knarr-operator"
 PIPELINE_LABEL = "knarr.dev/pipeline"
 SPEC_HASH_ANNOTATION = "knarr.dev/spec-hash"
 CONFIG_HASH_ANNOTATION = "knarr.dev/config-hash"
+SECRETS_HASH_ANNOTATION = "knarr.dev/secrets-hash"  # of the referenced Secrets' values: a change rolls the pods
 
 
 @dataclass(frozen=True)

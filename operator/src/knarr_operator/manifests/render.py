@@ -23,12 +23,17 @@ class Children:
     absent: list[tuple[str, str, str]] = field(default_factory=list)  # (apiVersion, kind, name)
 
 
-def render_children(pipeline: PipelineRef, spec: OperatorSpec, config: WorkerConfig, replicas: int | None) -> Children:
-    """``replicas``: the Deployment's count under the builtin engine (ignored with KEDA)."""
+def render_children(
+    pipeline: PipelineRef, spec: OperatorSpec, config: WorkerConfig, replicas: int | None, secrets_digest: str | None = None
+) -> Children:
+    """``replicas``: the Deployment's count under the builtin engine (ignored with KEDA).
+
+    ``secrets_digest``: of the Secrets the workers read (None: none referenced, or not readable).
+    """
     keda = spec.scaling.engine == "keda"
     workload = [
         with_spec_hash(config_map(pipeline, config)),
-        with_spec_hash(deployment(pipeline, spec, config, None if keda else replicas), ignore=("replicas",)),
+        with_spec_hash(deployment(pipeline, spec, config, None if keda else replicas, secrets_digest), ignore=("replicas",)),
         with_spec_hash(metrics_service(pipeline, config)),
         with_spec_hash(disruption_budget(pipeline)),
     ]

@@ -5,7 +5,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from knarr_operator.manifests.meta import CONFIG_HASH_ANNOTATION, PipelineRef, content_hash, metadata, selector, labels
+from knarr_operator.manifests.meta import (
+    CONFIG_HASH_ANNOTATION,
+    SECRETS_HASH_ANNOTATION,
+    PipelineRef,
+    content_hash,
+    labels,
+    metadata,
+    selector,
+)
 from knarr_operator.spec import OperatorSpec
 from knarr_operator.worker_config import CONFIG_DIR, CONFIG_KEY, CONFIG_PATH, WorkerConfig
 
@@ -57,8 +65,15 @@ def _sink_data_volumes(config: WorkerConfig) -> tuple[list[dict[str, Any]], list
     return volumes, mounts
 
 
-def deployment(pipeline: PipelineRef, spec: OperatorSpec, config: WorkerConfig, replicas: int | None) -> dict[str, Any]:
-    """``replicas`` None leaves the count to someone else (KEDA's HPA)."""
+def deployment(
+    pipeline: PipelineRef, spec: OperatorSpec, config: WorkerConfig, replicas: int | None, secrets_digest: str | None = None
+) -> dict[str, Any]:
+    """``replicas`` None leaves the count to someone else (KEDA's HPA).
+
+    ``secrets_digest`` (see :func:`knarr_operator.credentials.secrets_digest`) goes on the pod
+    template: env from a Secret is read once, when a container starts, so a changed Secret
+    must change the template for the workers to see it.
+    """
     port = config.validated.metrics.port
     drain = config.validated.executor.drain_timeout_seconds
     sink_volumes, sink_mounts = _sink_data_volumes(config)
@@ -104,6 +119,9 @@ def deployment(pipeline: PipelineRef, spec: OperatorSpec, config: WorkerConfig, 
     }
     if spec.service_account_name:
         pod_spec["serviceAccountName"] = spec.service_account_name
+    annotations = {CONFIG_HASH_ANNOTATION: content_hash([config.to_yaml(), [r.env_var() for r in config.secrets]])}
+    if secrets_digest is not None:
+        annotations[SECRETS_HASH_ANNOTATION] = secrets_digest
     manifest: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -113,10 +131,7 @@ def deployment(pipeline: PipelineRef, spec: OperatorSpec, config: WorkerConfig, 
             # Never more than one worker away: its partitions are rebalanced onto the others.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
             "template": {
-                "metadata": {
-                    "labels": labels(pipeline, WORKER),
-                    "annotations": {CONFIG_HASH_ANNOTATION: content_hash([config.to_yaml(), [r.env_var() for r in config.secrets]])},
-                },
+                "metadata": {"labels": labels(pipeline, WORKER), "annotations": annotations},
                 "spec": pod_spec,
             },
         },

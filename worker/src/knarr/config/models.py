@@ -2,6 +2,11 @@
 
 The CRD schema, the Helm values and the configuration reference in the README are
 generated from these models; a test fails when they drift.
+
+Every number has an upper bound as well as a lower one: a value past it is a typo or a
+misunderstanding (``window_size: 1e9``), and it is cheaper to say so at startup than to
+find out from the first poll, the OOM killer or a task that never times out. Where
+librdkafka has its own range, the bound is librdkafka's.
 """
 
 from __future__ import annotations
@@ -12,58 +17,79 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from knarr.config.paths import ConfigPath
+from knarr.config.librdkafka import refusals
 
 _IDENT = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MIB = 1024 * 1024
 
+HOUR_MS = 3_600_000
+DAY_SECONDS = 86_400
+MAX_POLL_RECORDS = 100_000  # far above any useful batch: backpressure holds at max_executors x 32 messages
+MAX_EXECUTORS = 1_024  # subprocesses of one worker; each holds 3 pipes, and 1024 is a common open-files limit
+
 
 class Section(BaseModel):
-    """Base for every config section: unknown keys are errors, not silently ignored."""
+    """Base for every config section: unknown keys are errors, not silently ignored; inf and nan are no numbers."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class KafkaConfig(Section):
     brokers: str = Field("localhost:9092", min_length=1, description="Kafka bootstrap servers, comma-separated host:port.")
     source_topic: str = Field("input-events", min_length=1, description="Topic to consume from.")
     consumer_group: str = Field("knarr-workers", min_length=1, description="Consumer group id.")
-    max_poll_records: int = Field(100, ge=1, description="Most messages fetched per poll batch.")
-    max_poll_interval_ms: int = Field(300_000, ge=1_000, description="Longest gap between polls before the broker evicts the consumer.")
-    session_timeout_ms: int = Field(45_000, ge=1_000, description="Group membership session timeout.")
-    heartbeat_interval_ms: int = Field(3_000, ge=100, description="Heartbeat interval to the group coordinator.")
+    max_poll_records: int = Field(100, ge=1, le=MAX_POLL_RECORDS, description="Most messages fetched per poll batch.")
+    max_poll_interval_ms: int = Field(300_000, ge=1_000, le=24 * HOUR_MS, description="Longest gap between polls before the broker evicts the consumer.")
+    session_timeout_ms: int = Field(45_000, ge=1_000, le=HOUR_MS, description="Group membership session timeout.")
+    heartbeat_interval_ms: int = Field(3_000, ge=100, le=HOUR_MS, description="Heartbeat interval to the group coordinator.")
     startup_timeout_seconds: float = Field(
         30, gt=0, le=3600,
         description="How long startup waits for the brokers to answer before giving up (exit code 3).",
     )
     extra: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
-        description="Extra librdkafka consumer properties (e.g. security.protocol, sasl.*), passed through as given; the connection ones (security.*, sasl.*, ssl.*, socket.*, …) also reach every producer, Spark reader and the operator's lag reader.",
+        description="Extra librdkafka consumer properties (e.g. security.protocol, sasl.*), passed through as given; the connection ones (security.*, sasl.*, ssl.*, socket.*, …) "
+        "also reach every producer, Spark reader and the operator's lag reader. Properties that would undo knarr's commits or group handling (enable.auto.commit, group.protocol, ...) are refused.",
     )
 
+    @field_validator("extra")
+    @classmethod
+    def _no_property_that_breaks_commits(cls, value: dict[str, str | int | float | bool]) -> dict[str, str | int | float | bool]:
+        refused = refusals(value)
+        if refused:
+            raise ValueError("; ".join(refused))
+        return value
+
     @model_validator(mode="after")
-    def _heartbeat_below_session(self) -> KafkaConfig:
+    def _timeouts_in_order(self) -> KafkaConfig:
+        # librdkafka refuses the second at startup; say it here, where the operator sees it too.
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ValueError(
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be lower than "
                 f"session_timeout_ms ({self.session_timeout_ms}); a third of it is usual"
+            )
+        if self.session_timeout_ms > self.max_poll_interval_ms:
+            raise ValueError(
+                f"session_timeout_ms ({self.session_timeout_ms}) must not exceed "
+                f"max_poll_interval_ms ({self.max_poll_interval_ms}); the Kafka client refuses it"
             )
         return self
 
 
 class ExecutorConfig(Section):
     binary_path: str | None = Field(None, min_length=1, description="Default binary for tasks; unset, every task must set its own binary_path.")
-    max_executors: int = Field(4, ge=1, description="Subprocesses running at once across all partitions (pool slots).")
-    task_timeout_seconds: float = Field(120, gt=0, description="Wall-clock limit per subprocess; on expiry its whole process group is killed.")
-    window_size: int = Field(100, ge=1, description="Most messages handed to one arrange() call.")
-    window_linger_ms: int = Field(0, ge=0, description="How long a window may wait to fill up to window_size before arrange() runs (0: no wait).")
-    max_retries: int = Field(3, ge=0, description="Retries of a failed task when on_error returns RETRY (0: none).")
-    retry_backoff_base_seconds: float = Field(0.5, ge=0, description="First retry delay; doubles per attempt, with jitter.")
-    retry_backoff_max_seconds: float = Field(30, ge=0, description="Upper bound of a retry delay.")
-    max_per_partition: int | None = Field(None, ge=1, description="Most pool slots one partition may hold at once (unset: no cap), so a hot partition cannot starve the others.")
-    drain_timeout_seconds: float = Field(30, gt=0, description="Longest wait for in-flight work on shutdown or revoke; on timeout the final commit is skipped (replay instead of loss).")
-    backpressure_high_multiplier: int = Field(32, ge=1, description="Pause consumption when queued + in-flight messages reach max_executors x this.")
-    backpressure_low_multiplier: int = Field(4, ge=1, description="Resume when they fall to max(1, max_executors x this).")
+    max_executors: int = Field(4, ge=1, le=MAX_EXECUTORS, description="Subprocesses running at once across all partitions (pool slots).")
+    task_timeout_seconds: float = Field(120, gt=0, le=DAY_SECONDS, description="Wall-clock limit per subprocess; on expiry its whole process group is killed.")
+    window_size: int = Field(100, ge=1, le=100_000, description="Most messages handed to one arrange() call.")
+    window_linger_ms: int = Field(0, ge=0, le=600_000, description="How long a window may wait to fill up to window_size before arrange() runs (0: no wait).")
+    max_retries: int = Field(3, ge=0, le=100, description="Retries of a failed task when on_error returns RETRY (0: none).")
+    retry_backoff_base_seconds: float = Field(0.5, ge=0, le=3_600, description="First retry delay; doubles per attempt, with jitter.")
+    retry_backoff_max_seconds: float = Field(30, ge=0, le=DAY_SECONDS, description="Upper bound of a retry delay.")
+    max_per_partition: int | None = Field(None, ge=1, le=MAX_EXECUTORS, description="Most pool slots one partition may hold at once (unset: no cap), so a hot partition cannot starve the others.")
+    drain_timeout_seconds: float = Field(30, gt=0, le=3_600, description="Longest wait for in-flight work on shutdown or revoke; on timeout the final commit is skipped (replay instead of loss).")
+    backpressure_high_multiplier: int = Field(32, ge=1, le=1_000, description="Pause consumption when queued + in-flight messages reach max_executors x this.")
+    backpressure_low_multiplier: int = Field(4, ge=1, le=1_000, description="Resume when they fall to max(1, max_executors x this).")
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables added to every subprocess (tasks may add their own).")
     max_tasks_per_window: int = Field(10_000, ge=1, le=1_000_000, description="Most tasks one arrange() call may return; a larger result is refused and the window dead-lettered instead of buffered.")
     on_retries_exhausted: Literal["dlq", "discard"] = Field("dlq", description="A task whose on_error asked for RETRY and that has no attempt left: dead-letter its source messages (dlq) or count it as failed only (discard).")
@@ -115,13 +141,27 @@ class SinkBase(Section):
 class KafkaSinkConfig(SinkBase):
     topic: str = Field(..., min_length=1, description="Topic to produce to.")
     brokers: str = Field("", description="Bootstrap servers; empty inherits kafka.brokers.")
-    extra: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Extra librdkafka producer properties, applied after the connection settings (security.*, sasl.*, ssl.*) it takes from kafka.extra.")
+    extra: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Extra librdkafka producer properties, applied after the connection settings (security.*, sasl.*, ssl.*) it takes from kafka.extra (acks=0 and bootstrap.servers are refused).")
+
+    @field_validator("extra")
+    @classmethod
+    def _no_property_that_loses_results(cls, value: dict[str, str | int | float | bool]) -> dict[str, str | int | float | bool]:
+        refused = refusals(value, producer=True)
+        if refused:
+            raise ValueError("; ".join(refused))
+        return value
 
 
 class PostgresSinkConfig(SinkBase):
     dsn: str = Field(..., min_length=1, description="PostgreSQL connection string (keep credentials in a Secret / env override).")
-    pool_min: int = Field(2, ge=1, description="Connections kept open.")
-    pool_max: int = Field(10, ge=1, description="Most connections at once.")
+    pool_min: int = Field(2, ge=1, le=1_000, description="Connections kept open.")
+    pool_max: int = Field(10, ge=1, le=1_000, description="Most connections at once.")
+
+    @model_validator(mode="after")
+    def _pool_in_order(self) -> PostgresSinkConfig:
+        if self.pool_min > self.pool_max:
+            raise ValueError(f"pool_min ({self.pool_min}) must not exceed pool_max ({self.pool_max})")
+        return self
 
 
 class MongoSinkConfig(SinkBase):
@@ -132,9 +172,9 @@ class MongoSinkConfig(SinkBase):
 class HttpSinkConfig(SinkBase):
     url: str = Field(..., min_length=1, description="Endpoint every payload is sent to.")
     method: Literal["POST", "PUT", "PATCH"] = Field("POST", description="HTTP method of each request.")
-    timeout_seconds: float = Field(30, gt=0, description="Longest wait for one response.")
+    timeout_seconds: float = Field(30, gt=0, le=3_600, description="Longest wait for one response.")
     headers: dict[str, str] = Field(default_factory=dict, description="Headers added to every request.")
-    max_retries: int = Field(3, ge=0, description="Retries of a failed request before on_delivery_error decides.")
+    max_retries: int = Field(3, ge=0, le=100, description="Retries of a failed request before on_delivery_error decides.")
 
 
 class RedisSinkConfig(SinkBase):
@@ -196,7 +236,17 @@ class DlqConfig(Section):
 
 class MetricsConfig(Section):
     enabled: bool = Field(True, description="Serve /metrics, /healthz and /readyz.")
+    host: str = Field(
+        "0.0.0.0", min_length=1,
+        description="Address /metrics, /healthz and /readyz listen on; the default reaches the pod IP Kubernetes probes use "
+        "(:: for IPv6, 127.0.0.1 to keep them on this host).",
+    )
     port: int = Field(9090, ge=0, le=65535, description="Port of /metrics, /healthz and /readyz (0: pick a free one).")
+    max_connections: int = Field(
+        32, ge=2, le=1_024,
+        description="Connections served at once; past it the oldest one still sending its request is dropped, so idle "
+        "connections cannot lock out the probes.",
+    )
 
 
 class LoggingConfig(Section):
@@ -213,7 +263,7 @@ class LocalSourceConfig(Section):
     """The embedded source: a JSONL file read as a partitioned log (no Kafka needed)."""
 
     path: ConfigPath = Field(..., min_length=1, description="JSONL file, one message per line (relative: to the config file).")
-    partitions: int = Field(1, ge=1, description="Lines are spread over this many partitions (line number modulo).")
+    partitions: int = Field(1, ge=1, le=MAX_EXECUTORS, description="Lines are spread over this many partitions (line number modulo).")
     offsets_path: ConfigPath = Field("", description="Where committed offsets are kept so a rerun resumes (relative: to the config file); empty: '<path>.offsets.json'.")
     exit_when_done: bool = Field(True, description="Stop the worker once every line is processed and committed.")
 

@@ -62,7 +62,11 @@ def render() -> str:
     parts = [
         "Every key can be set in the YAML file or overridden by an environment variable: "
         "`KNARR_` + the path in upper case with `__` between levels (e.g. `KNARR_EXECUTOR__MAX_EXECUTORS=8`, "
-        "`KNARR_SINKS__KAFKA__RESULTS__TOPIC=out`). Unknown keys and invalid values stop startup.",
+        "`KNARR_SINKS__KAFKA__RESULTS__TOPIC=out`). Key names match ignoring case; map keys (sink names, "
+        "`kafka.extra` properties, header and `executor.env` names) match a key of the file ignoring case, "
+        "or are taken as written (`KNARR_KAFKA__EXTRA__sasl.password`). A section or map given whole takes JSON. "
+        "Unknown keys and invalid values stop startup; values of secrets (passwords, tokens, `sasl.*`, DSNs, "
+        "`Authorization` headers, URLs with credentials) are never echoed in errors.",
         "",
         "Paths in the YAML file — " + ", ".join(f"`{key}`" for key in path_fields(KnarrConfig))
         + " (the file form of `handler`) — are relative to the file's own directory, so a config works from any "

@@ -1,44 +1,29 @@
-"""The configuration root, ``KnarrConfig``, and how it is loaded (YAML, then ``KNARR_*`` env on top)."""
+"""The configuration root, ``KnarrConfig``. How it is loaded (YAML, then ``KNARR_*`` env) is in loading.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    YamlConfigSettingsSource,
-)
 
+from knarr.config.environment import CONFIG_PATH_ENV, ENV_DELIMITER, ENV_PREFIX
 from knarr.config.models import (
     DlqConfig,
     ExecutorConfig,
     KafkaConfig,
     LoggingConfig,
     MetricsConfig,
+    Section,
     SinksConfig,
     SourceConfig,
 )
-from knarr.config.paths import HandlerSpec, resolve_paths
+from knarr.config.paths import HandlerSpec
 
-ENV_PREFIX = "KNARR_"
-ENV_DELIMITER = "__"
-CONFIG_PATH_ENV = "KNARR_CONFIG"
+__all__ = ["CONFIG_PATH_ENV", "ENV_DELIMITER", "ENV_PREFIX", "KnarrConfig", "dump_config"]
 
 
-class KnarrConfig(BaseSettings):
+class KnarrConfig(Section):
     """Everything a worker needs. Load it with :func:`knarr.config.load_config`."""
-
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter=ENV_DELIMITER,
-        extra="forbid",
-        validate_assignment=True,
-        nested_model_default_partial_update=True,
-    )
 
     kafka: KafkaConfig = Field(default_factory=KafkaConfig, description="The source topic, its brokers and the consumer group.")
     source: SourceConfig = Field(default_factory=SourceConfig, description="Kafka (the default) or a local JSONL file.")
@@ -56,9 +41,6 @@ class KnarrConfig(BaseSettings):
     cluster_name: str = Field("", description="Logical cluster name, bound to every log line.")
     cluster_name_env: str = Field("", description="Environment variable that overrides cluster_name when set.")
 
-    # Where the YAML comes from is decided by load_config(); it is not a config key.
-    _yaml_path: str | None = None
-
     @model_validator(mode="after")
     def _at_least_one_sink(self) -> KnarrConfig:
         if self.sinks.is_empty:
@@ -71,37 +53,6 @@ class KnarrConfig(BaseSettings):
     @property
     def dlq_topic(self) -> str:
         return self.dlq.topic or f"{self.kafka.source_topic}_dlq"
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Earlier sources win: explicit arguments, then KNARR_* env, then the YAML file.
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        yaml_path = _YAML_PATH.get()
-        if yaml_path is not None:
-            sources.append(_YamlRelativeToFile(settings_cls, yaml_file=yaml_path))
-        return tuple(sources)
-
-
-class _YamlRelativeToFile(YamlConfigSettingsSource):
-    """The YAML file, with its relative paths made relative to the file's own directory."""
-
-    def _read_file(self, file_path: Any) -> dict[str, Any]:
-        data = super()._read_file(file_path)
-        return resolve_paths(KnarrConfig, data, Path(file_path).resolve().parent)
-
-
-# The YAML path travels to settings_customise_sources through a context variable,
-# because pydantic-settings builds its sources from the class, not the instance.
-import contextvars  # noqa: E402
-
-_YAML_PATH: contextvars.ContextVar[Path | None] = contextvars.ContextVar("knarr_yaml_path", default=None)
 
 
 def dump_config(config: KnarrConfig) -> dict[str, Any]:

@@ -16,6 +16,8 @@ import time
 from typing import Any
 
 from knarr.api.handler import BaseHandler, periodic_methods
+from knarr.config.librdkafka import ConsumerSettingsError, check_consumer_settings
+from knarr.config.loading import ConfigError
 from knarr.config.root import KnarrConfig
 from knarr.engine.backpressure import Flow, decide_flow, held_load
 from knarr.engine.execution import TaskExecutor
@@ -90,11 +92,15 @@ class Worker:
             self.config = updated
         cfg = self.config
 
+        if self.source is None:
+            self.source = self._build_source()  # no I/O yet: settings are judged, the client opens in start()
+
         metrics.worker_info.info({"worker_id": self.worker_id, "version": VERSION, "consumer_group": cfg.kafka.consumer_group})
         if cfg.metrics.enabled:
-            self.health = HealthServer(cfg.metrics.port, self._readiness)
+            self.health = HealthServer(cfg.metrics.port, self._readiness, host=cfg.metrics.host,
+                                       max_connections=cfg.metrics.max_connections)
             await self.health.start()
-            self.log.info("probes listening", port=self.health.port)
+            self.log.info("probes listening", host=cfg.metrics.host, port=self.health.port)
 
         self.scheduler = SlotScheduler(cfg.executor.max_executors, cfg.executor.max_per_partition)
         self.sinks = SinkManager(
@@ -105,8 +111,6 @@ class Worker:
         self.executor = TaskExecutor(self.handler, self.scheduler, cfg.executor)
         try:
             await self.sinks.connect_all()
-            if self.source is None:
-                self.source = self._build_source()
             await self.handler.on_ready(cfg)
             self._start_periodic()
             self._install_signals()
@@ -143,7 +147,13 @@ class Worker:
             return LocalSource(cfg.source.local)
         from knarr.sources.kafka import KafkaSource
 
-        return KafkaSource(cfg.kafka, cfg.executor, client_id=self.worker_id)
+        source = KafkaSource(cfg.kafka, cfg.executor, client_id=self.worker_id)
+        # The source's own final settings, so the check and the client cannot disagree.
+        try:
+            check_consumer_settings(settings.source_consumer(cfg.kafka, self.worker_id), cfg.kafka.max_poll_records)
+        except ConsumerSettingsError as exc:
+            raise ConfigError(f"invalid configuration:\n  {exc}") from None
+        return source
 
     def _readiness(self) -> tuple[bool, str]:
         if self._fatal is not None:

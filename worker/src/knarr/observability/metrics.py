@@ -36,6 +36,10 @@ sink_retries = Counter("knarr_sink_delivery_retries_total", "Sink delivery retri
 sink_skipped = Counter("knarr_sink_deliveries_skipped_total", "Deliveries dropped by SKIP", ["sink", "type"])
 sink_dlq = Counter("knarr_sink_dlq_messages_total", "Deliveries dead-lettered", ["sink", "type"])
 sink_duration = Histogram("knarr_sink_deliver_duration_seconds", "Sink delivery time", ["sink", "type"], buckets=_DURATION_BUCKETS)
+probe_connections_dropped = Counter(
+    "knarr_probe_connections_dropped_total",
+    "Connections to the probe/metrics server dropped or refused", ["reason"],  # busy|evicted|slow|oversize
+)
 flight_events = Counter("knarr_flight_events_total", "Flight events by kind", ["event"])
 dlq_dropped = Counter("knarr_dlq_dropped_total", "Dead letters the DLQ refused and dlq.on_send_failure=drop gave up on")
 dlq_stalls = Counter("knarr_dlq_stalls_total", "Times a partition stalled because the DLQ refused a dead letter")
