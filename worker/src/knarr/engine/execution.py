@@ -20,6 +20,7 @@ from knarr.engine.processes import run_process
 from knarr.engine.scheduling import SlotScheduler
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
+from knarr.observability.task_labels import TaskLabelCounter
 
 log = get_logger(component="executor")
 _completed = metrics.tasks.labels("completed")
@@ -36,6 +37,11 @@ class TaskExecutor:
         # A plain dict, built once: posix_spawn converting os.environ (bytes-backed, decoded per
         # access) on every spawn cost about 40 us of worker CPU per task.
         self._base_env = {**os.environ, **config.env}
+        self._labels = TaskLabelCounter(config.metric_labels, config.metric_label_values_max)
+
+    def _count(self, status: str, task: ExecutorTask) -> None:
+        metrics.labelled(metrics.tasks, status).inc()
+        self._labels.count(status, task.labels)
 
     def _env_for(self, task: ExecutorTask) -> dict[str, str] | None:
         if not task.env:
@@ -53,15 +59,16 @@ class TaskExecutor:
                 return Succeeded(outcome), attempt
             error = outcome
             if error.reason == "expired":
-                metrics.labelled(metrics.tasks, "expired").inc()
+                self._count("expired", task)
                 return Failed(error), attempt
             _failed.inc()
+            self._labels.count("failed", task.labels)
             decision = await self._on_error(task, error)
             if isinstance(decision, list):
-                metrics.labelled(metrics.tasks, "replaced").inc()
+                self._count("replaced", task)
                 return Replaced(error, decision), attempt
             if decision is ErrorAction.RETRY and attempt < self.max_attempts(task):
-                metrics.labelled(metrics.tasks, "retried").inc()
+                self._count("retried", task)
                 # Wait without holding a slot, so other tasks use the pool meanwhile.
                 await asyncio.sleep(
                     retry_delay(attempt, self.config.retry_backoff_base_seconds, self.config.retry_backoff_max_seconds)
@@ -69,7 +76,7 @@ class TaskExecutor:
                 attempt += 1
                 continue
             if decision is ErrorAction.RETRY:
-                log.warning("retries exhausted", task_id=task.task_id, attempts=attempt, partition=partition)
+                log.warning("retries exhausted", attempts=attempt, partition=partition, **task_context(task))
                 return Failed(error, retries_exhausted=True), attempt
             return Failed(error), attempt
 
@@ -80,7 +87,7 @@ class TaskExecutor:
                 task=task, exit_code=pre.exit_code, stdout=pre.stdout, stderr=pre.stderr,
                 duration_seconds=pre.duration_seconds, pid=None, attempt=attempt,
             )
-            metrics.labelled(metrics.tasks, "precomputed").inc()
+            self._count("precomputed", task)
             if pre.exit_code == 0:
                 return result
             return _error(task, attempt, result, exit_code=pre.exit_code, stderr=pre.stderr)
@@ -100,7 +107,7 @@ class TaskExecutor:
             return _error(task, attempt, result, stderr=message, exception=message, reason="launch")
 
         priority = call_sync_hook("task_priority", self.handler.task_priority, task, log=log, default=0,
-                                  task_id=task.task_id).value
+                                  **task_context(task)).value
         await self.scheduler.acquire(partition, priority)
         try:
             if is_expired(time.time(), task.expires_at):  # expired while waiting for a slot: never run
@@ -119,6 +126,7 @@ class TaskExecutor:
         metrics.task_duration.observe(proc.duration_seconds)
         if proc.exit_code == 0:
             _completed.inc()
+            self._labels.count("completed", task.labels)
             return result
         if proc.timed_out:
             metrics.task_timeouts.inc()
@@ -128,7 +136,7 @@ class TaskExecutor:
         return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid)
 
     async def _on_error(self, task: ExecutorTask, error: ExecutorError) -> ErrorAction | list[ExecutorTask]:
-        called = await call_hook("on_error", self.handler.on_error, task, error, log=log, task_id=task.task_id)
+        called = await call_hook("on_error", self.handler.on_error, task, error, log=log, **task_context(task))
         if called.raised:
             return ErrorAction.SKIP
         decision = called.value
@@ -140,9 +148,16 @@ class TaskExecutor:
             return ErrorAction(decision)
         log.error(
             "on_error returned something that is neither ErrorAction nor list[ExecutorTask]; the task is skipped",
-            task_id=task.task_id, returned=repr(decision)[:200],
+            returned=repr(decision)[:200], **task_context(task),
         )
         return ErrorAction.SKIP
+
+
+def task_context(task: ExecutorTask) -> dict[str, object]:
+    """What names a task in a log line: its id, and its labels when it has any."""
+    if task.labels:
+        return {"task_id": task.task_id, "labels": task.labels}
+    return {"task_id": task.task_id}
 
 
 def _synthetic(task: ExecutorTask, attempt: int, stderr: str) -> ExecutorResult:

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from knarr.api.handler import BaseHandler, periodic_methods
+from knarr.api.handler import BaseHandler, periodic_methods, ready_arguments
 from knarr.config.root import KnarrConfig
 from knarr.engine.backpressure import Flow, decide_flow, held_load
 from knarr.engine.execution import TaskExecutor
@@ -106,7 +106,7 @@ class Worker:
             await self.sinks.connect_all()
             if self.source is None:
                 self.source = self._build_source()
-            await self.handler.on_ready(cfg)
+            await self.handler.on_ready(*ready_arguments(self.handler.on_ready, cfg, self._postgres_pool()))
             self._start_periodic()
             self._install_signals()
             await self.source.start(self._assign, self._revoke)
@@ -123,6 +123,13 @@ class Worker:
         except Exception as exc:  # a bug or a client failure: stop, but still close every client in order
             self.fail(exc)
         return await self._shutdown()
+
+    def _postgres_pool(self) -> Any:
+        """The first PostgreSQL sink's connection pool, for ``on_ready(config, pool)``; None without one."""
+        for (sink_type, _name), sink in sorted(self.sinks.sinks.items()):
+            if sink_type == "postgres":
+                return getattr(sink, "pool", None)
+        return None
 
     def _build_dlq(self) -> Any:
         cfg = self.config
