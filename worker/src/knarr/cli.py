@@ -1,4 +1,4 @@
-"""The ``knarr`` command: ``knarr run`` (the worker), ``knarr demo``, ``knarr backfill`` (Spark)."""
+"""The ``knarr`` command: ``knarr run`` (the worker), ``knarr demo``, ``knarr backfill`` (Spark), ``knarr migrate-config``."""
 
 from __future__ import annotations
 
@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "backfill":
         return _backfill(argv[1:])
+    if argv and argv[0] == "migrate-config":
+        from knarr.migrate.cli import main as migrate_main
+
+        return migrate_main(argv[1:])
     parser = argparse.ArgumentParser(prog="knarr", description="Kafka -> subprocess stream processing")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a worker")
@@ -67,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--kafka", default=None, help="bootstrap servers: run the demo on Kafka instead")
     demo.set_defaults(fn=_demo)
     sub.add_parser("backfill", help="reprocess history on Spark (see knarr backfill --help)")
+    sub.add_parser("migrate-config", help="translate a Drakkar config (see knarr migrate-config --help)")
     args = parser.parse_args(argv)
     return args.fn(args)
 
