@@ -89,6 +89,12 @@ def test_drakkar_defaults_that_differ_from_knarrs_are_written_out():
     assert migration.config["dlq"]["on_send_failure"] == "drop"
 
 
+def test_no_consumer_group_is_written_for_a_config_whose_kafka_source_is_off():
+    migration = migrate_config({"sources": {"kafka": {"enabled": False}}})
+    assert "consumer_group" not in migration.config.get("kafka", {})
+    assert "sources.kafka.enabled" in dict(migration.dropped)
+
+
 def test_a_key_set_in_both_layouts_to_different_values_is_reported_as_a_conflict():
     migration = migrate_config({"kafka": {"source_topic": "a"},
                                 "sources": {"kafka": {"enabled": True, "topic": "b"}}})

@@ -254,8 +254,11 @@ def migrate_config(drakkar: Mapping[str, Any]) -> Migration:
     origin: dict[Path, str] = {}
     _walk(drakkar, (), out, origin)
     _kafka_source_check(drakkar, out)
+    source_off = _is_false(_get(drakkar, ("sources", "kafka", "enabled")))
     for key, value, why in DRAKKAR_DEFAULTS:
         path = _segments(key)
+        if source_off and path[0] == "kafka":
+            continue  # no Kafka source in the input: its defaults mean nothing
         if _get(out.config, path) is None:
             _put(out.config, path, value)
             out.defaults.append((key, value, why))
