@@ -11,6 +11,7 @@ from knarr import drakkar as dk
 from knarr.api.handler import ready_arguments
 from knarr.api.tasks import ERROR_KINDS
 from knarr.config.models import ExecutorConfig
+from knarr.engine.scheduling import SlotScheduler, priority_key
 from knarr.observability import metrics
 from knarr.observability.task_labels import LabelValues, TaskLabelCounter
 
@@ -145,3 +146,36 @@ def test_drakkar_names_map_to_knarrs_api():
 def test_a_drakkar_name_knarr_lacks_fails_saying_what_to_use_instead():
     with pytest.raises(AttributeError, match="knarr has no drakkar.DrakkarApp: knarr runs a handler with `knarr run"):
         dk.DrakkarApp  # noqa: B018
+
+
+def test_priority_keys_of_any_shape_compare_lower_first():
+    keys = [priority_key(v) for v in [(1, 5), 0, (0, 9), 2.5, "b", ("a", 1), [0, 3]]]
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    # numbers before strings element by element; a shorter tuple first on a tie
+    assert order == [1, 6, 2, 0, 3, 5, 4]
+
+
+@pytest.mark.parametrize("value", [None, {"tier": 1}, (1, None), object()])
+def test_a_priority_that_is_not_a_number_string_or_tuple_of_them_is_refused(value):
+    with pytest.raises(TypeError, match="task_priority returned"):
+        priority_key(value)
+
+
+async def test_waiting_tasks_with_drakkar_style_tuple_priorities_and_the_default_get_slots_in_key_order():
+    import asyncio
+
+    scheduler = SlotScheduler(1)
+    await scheduler.acquire(0, priority_key(0))  # the only slot is taken
+    granted = []
+
+    async def wait(name, value):
+        await scheduler.acquire(0, priority_key(value))
+        granted.append(name)
+        scheduler.release(0)
+
+    waiters = [asyncio.create_task(wait(n, v)) for n, v in [("late", (1, 7)), ("default", 0), ("early", (0, 3))]]
+    while scheduler.waiting_count < 3:  # every waiter queued up
+        await asyncio.sleep(0)
+    scheduler.release(0)
+    await asyncio.gather(*waiters)
+    assert granted == ["default", "early", "late"]

@@ -17,7 +17,7 @@ from knarr.engine.backoff import is_expired, retry_delay, start_time
 from knarr.engine.hooks import call_hook, call_sync_hook
 from knarr.engine.ledger import Failed, Outcome, Replaced, Succeeded
 from knarr.engine.processes import run_process
-from knarr.engine.scheduling import SlotScheduler
+from knarr.engine.scheduling import SlotScheduler, priority_key
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 from knarr.observability.task_labels import TaskLabelCounter
@@ -25,6 +25,7 @@ from knarr.observability.task_labels import TaskLabelCounter
 log = get_logger(component="executor")
 _completed = metrics.tasks.labels("completed")
 _failed = metrics.tasks.labels("failed")
+_DEFAULT_PRIORITY = priority_key(0)
 
 
 class TaskExecutor:
@@ -47,6 +48,9 @@ class TaskExecutor:
         if not task.env:
             return self._base_env
         return {**self._base_env, **task.env}
+
+    def _priority(self, task: ExecutorTask) -> tuple:
+        return priority_key(self.handler.task_priority(task))
 
     def max_attempts(self, task: ExecutorTask) -> int:
         return task.max_attempts if task.max_attempts is not None else self.config.max_retries + 1
@@ -106,7 +110,7 @@ class TaskExecutor:
             result = _synthetic(task, attempt, message)
             return _error(task, attempt, result, stderr=message, exception=message, reason="launch")
 
-        priority = call_sync_hook("task_priority", self.handler.task_priority, task, log=log, default=0,
+        priority = call_sync_hook("task_priority", self._priority, task, log=log, default=_DEFAULT_PRIORITY,
                                   **task_context(task)).value
         await self.scheduler.acquire(partition, priority)
         try:
