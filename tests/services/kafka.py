@@ -180,6 +180,10 @@ def end_offsets(bootstrap: str, topic: str, timeout: float = 10) -> dict[int, in
     return {tp.partition: fut.result(timeout=timeout).offset for tp, fut in futures.items()}
 
 
+_COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                       KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT}
+
+
 def committed_offsets(bootstrap: str, group: str, topic: str, timeout: float = 10) -> dict[int, int]:
     """Offsets ``group`` has committed on ``topic``, by partition.
 
@@ -187,9 +191,20 @@ def committed_offsets(bootstrap: str, group: str, topic: str, timeout: float = 1
     committed gives ``{}``.
     """
     partitions = [TopicPartition(topic, p) for p in _partition_ids(bootstrap, topic)]
+    deadline = time.monotonic() + timeout
     consumer = open_consumer({**settings.connection(bootstrap), "group.id": group, "enable.auto.commit": False})
     try:
-        listing = consumer.committed(partitions, timeout=timeout)
+        while True:
+            try:
+                listing = consumer.committed(partitions, timeout=max(0.1, deadline - time.monotonic()))
+                break
+            except KafkaException as exc:
+                # A broker that just came back may still be moving the group's coordinator.
+                err = exc.args[0] if exc.args else None
+                passing = err is not None and (err.retriable() or err.code() in _COORDINATOR_MOVING)
+                if not passing or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)  # pacing between retries, bounded by the deadline
     finally:
         close_consumer(consumer)
     out: dict[int, int] = {}

@@ -95,7 +95,7 @@ def test_a_taken_metrics_port_stops_startup_with_exit_code_3_naming_the_port(tmp
                                     f"metrics: {{host: 127.0.0.1, port: {port}}}\n")
     assert proc.returncode == 3
     assert proc.stderr.strip().splitlines()[-1] == (
-        f"knarr run: cannot start: metrics.port {port} is already in use on 127.0.0.1 (another worker or program on "
+        f"knarr run: metrics.port {port} is already in use on 127.0.0.1 (another worker or program on "
         "this host listens there); stop it, set metrics.port to a free port (0 picks one), or set metrics.enabled: false"
     )
     assert "Traceback" not in proc.stderr

@@ -28,6 +28,7 @@ from knarr.api.tasks import (
     ExecutorResult,
     ExecutorTask,
     PrecomputedResult,
+    make_stable_task_id,
     make_task_id,
 )
 from knarr.config import ConfigError, KnarrConfig, load_config
@@ -56,6 +57,7 @@ __all__ = [
     "RedisPayload",
     "SourceMessage",
     "load_config",
+    "make_stable_task_id",
     "make_task_id",
     "periodic",
 ]

@@ -19,6 +19,7 @@ class Hook:
     name: str
     params: tuple[str, ...]  # what the worker passes, positionally
     is_async: bool = True
+    also: tuple[str, ...] | None = None  # another argument list the worker passes when the hook takes it
 
     @property
     def signature(self) -> str:
@@ -36,7 +37,7 @@ HOOKS: dict[str, Hook] = {
         Hook("on_error", ("task", "error")),
         Hook("on_delivery_error", ("error",)),
         Hook("on_startup", ("config",)),
-        Hook("on_ready", ("config",)),
+        Hook("on_ready", ("config",), also=("config", "pool")),
         Hook("on_assign", ("partitions",)),
         Hook("on_revoke", ("partitions",)),
         Hook("deserialize_message", ("msg",), is_async=False),
@@ -91,12 +92,18 @@ def _signature_problems(cls: type, hook: Hook, fn: object) -> list[str]:
         problems.append(f"{where}{cls.__name__}.{hook.name} must be `async def` (the worker awaits it): {hook.signature}")
     elif not hook.is_async and inspect.iscoroutinefunction(fn):
         problems.append(f"{where}{cls.__name__}.{hook.name} must be a plain `def`, not async: {hook.signature}")
-    try:
-        inspect.signature(fn).bind(None, *hook.params)
-    except TypeError:
+    if not any(_takes(fn, params) for params in (hook.params, hook.also) if params is not None):
         problems.append(f"{where}{cls.__name__}.{hook.name}{inspect.signature(fn)} cannot take what the worker "
                         f"passes; write {hook.signature}")
     return problems
+
+
+def _takes(fn: object, params: tuple[str, ...]) -> bool:
+    try:
+        inspect.signature(fn).bind(None, *params)
+    except TypeError:
+        return False
+    return True
 
 
 def _where(fn: object) -> str:

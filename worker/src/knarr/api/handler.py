@@ -68,7 +68,12 @@ class BaseHandler(Generic[InputT, OutputT]):
         return config
 
     async def on_ready(self, config: Any, pg_pool: Any = None) -> None:
-        """Called once sinks are connected, before consumption starts."""
+        """Called once sinks are connected, before consumption starts.
+
+        Define it as ``on_ready(self, config)`` or ``on_ready(self, config, pool)``: the worker
+        looks at the signature. ``pool`` is the PostgreSQL sink's connection pool, None when
+        there is none.
+        """
 
     async def on_assign(self, partitions: list[int]) -> None:
         """Partitions newly assigned to this worker."""
@@ -126,6 +131,24 @@ class BaseHandler(Generic[InputT, OutputT]):
 def _short_error(exc: Exception) -> str:
     text = str(exc)
     return text if len(text) < 500 else text[:497] + "..."
+
+
+def ready_arguments(on_ready: Callable[..., Any], config: Any, pool: Any) -> tuple[Any, ...]:
+    """The arguments the bound ``on_ready`` takes: ``(config,)`` or ``(config, pool)``, read from its signature."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(on_ready).parameters.values())
+    except (TypeError, ValueError):  # no signature to read (a C callable): give it what the base class takes
+        return (config, pool)
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return (config, pool)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 2:
+        return (config, pool)
+    if len(positional) == 1:
+        return (config,)
+    raise TypeError(f"on_ready{inspect.signature(on_ready)} must take (config) or (config, pool)")
 
 
 def periodic_methods(handler: BaseHandler) -> list[tuple[str, PeriodicSpec, Callable[[], Awaitable[Any]]]]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import itertools
 import os
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
+
+from knarr.api.labels import MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, check_labels, unknown_task_field
 
 _counter = itertools.count()
 _prefix_salt = f"{os.getpid():x}{int(time.time() * 1000) % 0xFFFFFF:06x}"
@@ -17,6 +20,27 @@ _prefix_salt = f"{os.getpid():x}{int(time.time() * 1000) % 0xFFFFFF:06x}"
 def make_task_id(prefix: str = "task") -> str:
     """A task id unique within this process and, practically, across workers: ``prefix-<salt>-<n>``."""
     return f"{prefix}-{_prefix_salt}-{next(_counter)}"
+
+
+def make_stable_task_id(prefix: str, *parts: str) -> str:
+    """A task id derived from content: the same ``prefix`` and ``parts`` give the same id, in any process.
+
+    Use it for idempotent re-runs: a message replayed after a restart arranges to the id it had
+    before, so ``pending.pending_task_ids`` and the ids stored downstream recognise it. The id is
+    ``prefix-`` and 16 hex digits of a SHA-256 over the parts, each preceded by its length so that
+    ``("a", "bc")`` and ``("ab", "c")`` differ (the ids Drakkar 2.x makes from the same parts).
+    """
+    if not parts:
+        raise ValueError("make_stable_task_id(prefix, *parts) needs at least one part; "
+                         "without one every task would get the same id")
+    digest = hashlib.sha256()
+    for part in parts:
+        if not isinstance(part, str):
+            raise TypeError(f"make_stable_task_id parts must be str, got {type(part).__name__} {part!r}; "
+                            "convert numbers with str()")
+        data = part.encode("utf-8")
+        digest.update(len(data).to_bytes(8, "big") + data)
+    return f"{prefix}-{digest.hexdigest()[:16]}"
 
 
 class PrecomputedResult(BaseModel):
@@ -34,6 +58,11 @@ class ExecutorTask(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task_id: str = Field(default_factory=make_task_id)
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description=f"Named tags shown with the task in logs (and on metrics for keys listed in "
+                    f"executor.metric_labels): at most {MAX_LABELS}, keys identifiers of up to "
+                    f"{MAX_LABEL_KEY} characters, values up to {MAX_LABEL_VALUE}.")
     args: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
     source_offsets: list[int] = Field(default_factory=list)
@@ -48,6 +77,20 @@ class ExecutorTask(BaseModel):
     not_before: float | None = Field(None, description="Unix time before which the task must not start.")
     expires_at: float | None = Field(None, description="Unix time after which a task that has not started is dropped as expired.")
     max_attempts: int | None = Field(None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_unknown_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = [key for key in data if key not in cls.model_fields]
+            if unknown:
+                raise ValueError("; ".join(unknown_task_field(key, sorted(cls.model_fields)) for key in unknown))
+        return data
+
+    @field_validator("labels")
+    @classmethod
+    def _bounded_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        return check_labels(labels)
 
 
 class ExecutorResult(BaseModel):
@@ -78,6 +121,21 @@ class ExecutorError(BaseModel):
     attempt: int = 1
     result: ExecutorResult | None = None
     stderr_truncated: bool = False
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def kind(self) -> str:
+        """The failure class Drakkar handlers branch on, derived from ``reason``.
+
+        ``nonzero_exit`` (reason failed), ``timeout``, ``launch_failure`` (reason launch), and
+        ``internal`` for what knarr synthesised with no subprocess outcome behind it (reasons hook
+        and expired).
+        """
+        return ERROR_KINDS.get(self.reason, "internal")
+
+
+ERROR_KINDS = {"failed": "nonzero_exit", "timeout": "timeout", "launch": "launch_failure",
+               "hook": "internal", "expired": "internal"}
 
 
 class ErrorAction(str, enum.Enum):

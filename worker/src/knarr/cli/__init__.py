@@ -88,6 +88,7 @@ def parser() -> argparse.ArgumentParser:
     demo.set_defaults(fn=_demo)
 
     sub.add_parser("backfill", help="reprocess history on Spark (see knarr backfill --help)")
+    sub.add_parser("migrate-config", help="translate a Drakkar config (see knarr migrate-config --help)")
     return p
 
 
@@ -95,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "backfill":
         return _backfill(argv[1:])
+    if argv and argv[0] == "migrate-config":
+        from knarr.migrate.cli import main as migrate_main
+
+        return migrate_main(argv[1:])
     args = parser().parse_args(argv)  # bad arguments: argparse exits 2 (ExitCode.USAGE)
     try:
         return int(args.fn(args))

@@ -113,6 +113,21 @@ class ExecutorConfig(Section):
                     + (" (a trailing * matches a prefix)" if info.field_name == "env_inherit" else "")
                 )
         return value
+    metric_labels: list[str] = Field(default_factory=list, max_length=8, description="Task label keys counted on knarr_task_labels_total{status,label,value} (opt-in; empty: none). Tasks without the label are not counted there.")
+    metric_label_values_max: int = Field(50, ge=1, le=1000, description="Distinct values kept per metric label key; later new values are counted as 'other', so a label cannot blow up the metric's cardinality.")
+
+    @field_validator("metric_labels")
+    @classmethod
+    def _metric_labels_are_label_keys(cls, keys: list[str]) -> list[str]:
+        import re
+
+        for key in keys:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$", key):
+                raise ValueError(f"metric label {key!r} must be a task label key: letters, digits and _, "
+                                 "not starting with a digit, at most 64 characters")
+        if len(set(keys)) != len(keys):
+            raise ValueError("metric_labels lists a key twice")
+        return keys
 
     @model_validator(mode="after")
     def _low_below_high(self) -> ExecutorConfig:

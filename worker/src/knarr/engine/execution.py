@@ -19,14 +19,16 @@ from knarr.engine.environment import task_environment
 from knarr.engine.hooks import call_hook, call_sync_hook
 from knarr.engine.ledger import Failed, Outcome, Replaced, Succeeded
 from knarr.engine.processes import run_process
-from knarr.engine.scheduling import SlotScheduler
+from knarr.engine.scheduling import SlotScheduler, priority_key
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 from knarr.observability.task_failures import task_failures
+from knarr.observability.task_labels import TaskLabelCounter
 
 log = get_logger(component="executor")
 _completed = metrics.tasks.labels("completed")
 _failed = metrics.tasks.labels("failed")
+_DEFAULT_PRIORITY = priority_key(0)
 
 
 class TaskExecutor:
@@ -43,11 +45,19 @@ class TaskExecutor:
         # A plain dict, built once: posix_spawn converting os.environ (bytes-backed, decoded per
         # access) on every spawn cost about 40 us of worker CPU per task.
         self._base_env = task_environment(config.env_inherit, os.environ, config.env, always=self._marker)
+        self._labels = TaskLabelCounter(config.metric_labels, config.metric_label_values_max)
+
+    def _count(self, status: str, task: ExecutorTask) -> None:
+        metrics.labelled(metrics.tasks, status).inc()
+        self._labels.count(status, task.labels)
 
     def _env_for(self, task: ExecutorTask) -> dict[str, str]:
         if not task.env:
             return self._base_env
         return task_environment((), {}, self._base_env, task.env, always=self._marker)
+
+    def _priority(self, task: ExecutorTask) -> tuple:
+        return priority_key(self.handler.task_priority(task))
 
     def max_attempts(self, task: ExecutorTask) -> int:
         return task.max_attempts if task.max_attempts is not None else self.config.max_retries + 1
@@ -60,17 +70,18 @@ class TaskExecutor:
                 return Succeeded(outcome), attempt
             error = outcome
             if error.reason == "expired":
-                metrics.labelled(metrics.tasks, "expired").inc()
+                self._count("expired", task)
                 task_failures.failed(task, error, partition, "dropped: expired before it could start")
                 return Failed(error), attempt
             _failed.inc()
+            self._labels.count("failed", task.labels)
             decision = await self._on_error(task, error)
             if isinstance(decision, list):
-                metrics.labelled(metrics.tasks, "replaced").inc()
-                log.debug("task failed; replaced by on_error", task_id=task.task_id, replacements=len(decision))
+                self._count("replaced", task)
+                log.debug("task failed; replaced by on_error", replacements=len(decision), **task_context(task))
                 return Replaced(error, decision), attempt
             if decision is ErrorAction.RETRY and attempt < self.max_attempts(task):
-                metrics.labelled(metrics.tasks, "retried").inc()
+                self._count("retried", task)
                 delay = retry_delay(attempt, self.config.retry_backoff_base_seconds, self.config.retry_backoff_max_seconds)
                 task_failures.failed(task, error, partition, f"retry {attempt + 1} of {self.max_attempts(task)} in {delay:.2f}s")
                 await asyncio.sleep(delay)  # without holding a slot, so other tasks use the pool meanwhile
@@ -89,7 +100,7 @@ class TaskExecutor:
                 task=task, exit_code=pre.exit_code, stdout=pre.stdout, stderr=pre.stderr,
                 duration_seconds=pre.duration_seconds, pid=None, attempt=attempt,
             )
-            metrics.labelled(metrics.tasks, "precomputed").inc()
+            self._count("precomputed", task)
             if pre.exit_code == 0:
                 return result
             return _error(task, attempt, result, exit_code=pre.exit_code, stderr=pre.stderr)
@@ -108,8 +119,8 @@ class TaskExecutor:
             result = _synthetic(task, attempt, message)
             return _error(task, attempt, result, stderr=message, exception=message, reason="launch")
 
-        priority = call_sync_hook("task_priority", self.handler.task_priority, task, log=log, default=0,
-                                  task_id=task.task_id).value
+        priority = call_sync_hook("task_priority", self._priority, task, log=log, default=_DEFAULT_PRIORITY,
+                                  **task_context(task)).value
         await self.scheduler.acquire(partition, priority)
         try:
             if is_expired(time.time(), task.expires_at):  # expired while waiting for a slot: never run
@@ -132,6 +143,7 @@ class TaskExecutor:
             metrics.task_output_truncated.inc()
         if proc.exit_code == 0:
             _completed.inc()
+            self._labels.count("completed", task.labels)
             return result
         if proc.timed_out:
             metrics.task_timeouts.inc()
@@ -142,7 +154,7 @@ class TaskExecutor:
                       stderr_truncated=proc.stderr_truncated)
 
     async def _on_error(self, task: ExecutorTask, error: ExecutorError) -> ErrorAction | list[ExecutorTask]:
-        called = await call_hook("on_error", self.handler.on_error, task, error, log=log, task_id=task.task_id)
+        called = await call_hook("on_error", self.handler.on_error, task, error, log=log, **task_context(task))
         if called.raised:
             return ErrorAction.SKIP
         decision = called.value
@@ -154,9 +166,16 @@ class TaskExecutor:
             return ErrorAction(decision)
         log.error(
             "on_error returned something that is neither ErrorAction nor list[ExecutorTask]; the task is skipped",
-            task_id=task.task_id, returned=repr(decision)[:200],
+            returned=repr(decision)[:200], **task_context(task),
         )
         return ErrorAction.SKIP
+
+
+def task_context(task: ExecutorTask) -> dict[str, object]:
+    """What names a task in a log line: its id, and its labels when it has any."""
+    if task.labels:
+        return {"task_id": task.task_id, "labels": task.labels}
+    return {"task_id": task.task_id}
 
 
 def _synthetic(task: ExecutorTask, attempt: int, stderr: str) -> ExecutorResult:

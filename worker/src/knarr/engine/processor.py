@@ -25,7 +25,7 @@ from knarr.api.messages import SourceMessage
 from knarr.api.payloads import CollectResult
 from knarr.api.tasks import ExecutorError, ExecutorTask
 from knarr.config.models import ExecutorConfig
-from knarr.engine.execution import TaskExecutor
+from knarr.engine.execution import TaskExecutor, task_context
 from knarr.engine.hooks import call_hook, call_sync_hook
 from knarr.engine.ledger import (
     ArrangeRefused, CloseGroup, DeadLetter, Effect, Failed, FinishWindow, Group, Ledger, Outcome, Run, RunTask,
@@ -327,7 +327,7 @@ class PartitionProcessor:
         result = outcome.result
         started = time.monotonic()
         called = await call_hook("on_task_complete", self.handler.on_task_complete, result, log=self.log,
-                                 task_id=run.task.task_id)
+                                 **task_context(run.task))
         if called.raised:
             return Failed(ExecutorError.model_construct(
                 task=run.task, exit_code=result.exit_code, stderr=result.stderr, pid=result.pid,
@@ -335,7 +335,7 @@ class PartitionProcessor:
                 attempt=run.attempt, result=result,
             ))
         delivered = await self._deliver(called.value, Origin.of(self.partition, [g.message for g in run.groups]))
-        events.emit("task_complete", partition=self.partition, task_id=run.task.task_id,
+        events.emit("task_complete", partition=self.partition, **task_context(run.task),
                     duration=round(time.monotonic() - started, 6), output_message_count=delivered)
         return outcome
 

@@ -36,7 +36,8 @@ class SlotScheduler:
     def _under_cap(self, partition: int) -> bool:
         return self.max_per_partition is None or self.active[partition] < self.max_per_partition
 
-    async def acquire(self, partition: int, priority: int = 0) -> None:
+    async def acquire(self, partition: int, priority: tuple = ()) -> None:
+        """Wait for a slot; ``priority`` is a key made by :func:`priority_key` (lower runs first)."""
         if self.free > 0 and not self._waiting and self._under_cap(partition):
             self._grant(partition)
             return
@@ -89,3 +90,25 @@ class SlotScheduler:
             self.waiting_count -= 1
             self._grant(partition)
             fut.set_result(None)
+
+
+def priority_key(value: object) -> tuple:
+    """What ``task_priority`` returned, as a key every other task's key compares with.
+
+    A number, a string, or a tuple/list of them (Drakkar handlers return e.g.
+    ``(tier, min(task.source_offsets))``). Each element is ranked by its type first, so keys of
+    different shapes (a tuple next to the default 0) still compare instead of raising
+    TypeError inside the scheduler. Anything else raises TypeError for the hook door.
+    """
+    if type(value) is int:  # the common case, and the default
+        return ((0, value),)
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    key = []
+    for item in items:
+        if isinstance(item, (int, float)):
+            key.append((0, item))
+        elif isinstance(item, str):
+            key.append((1, item))
+        else:
+            raise TypeError(f"task_priority returned {value!r}; return a number, a string, or a tuple of them")
+    return tuple(key)

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from knarr.api.handler import BaseHandler, periodic_methods
+from knarr.api.handler import BaseHandler, periodic_methods, ready_arguments
 from knarr.config.librdkafka import ConsumerSettingsError, check_consumer_settings
 from knarr.config.loading import ConfigError
 from knarr.config.root import KnarrConfig
@@ -111,7 +111,7 @@ class Worker:
         self.executor = TaskExecutor(self.handler, self.scheduler, cfg.executor)
         try:
             await self.sinks.connect_all()
-            await self.handler.on_ready(cfg)
+            await self.handler.on_ready(*ready_arguments(self.handler.on_ready, cfg, self._postgres_pool()))
             self._start_periodic()
             self._install_signals()
             await self.source.start(self._assign, self._revoke)
@@ -128,6 +128,13 @@ class Worker:
         except Exception as exc:  # a bug or a client failure: stop, but still close every client in order
             self.fail(exc)
         return await self._shutdown()
+
+    def _postgres_pool(self) -> Any:
+        """The first PostgreSQL sink's connection pool, for ``on_ready(config, pool)``; None without one."""
+        for (sink_type, _name), sink in sorted(self.sinks.sinks.items()):
+            if sink_type == "postgres":
+                return getattr(sink, "pool", None)
+        return None
 
     def _build_dlq(self) -> Any:
         cfg = self.config

@@ -12,6 +12,7 @@ worker_info = Info("knarr_worker", "Worker identity")
 messages_consumed = Counter("knarr_messages_consumed_total", "Messages taken from the source", ["partition"])
 consumer_errors = Counter("knarr_consumer_errors_total", "Errors reported by the consumer")
 tasks = Counter("knarr_tasks_total", "Task outcomes", ["status"])  # completed|failed|retried|replaced|expired|precomputed|dead_lettered|discarded
+task_labels = Counter("knarr_task_labels_total", "Task outcomes by the task labels listed in executor.metric_labels (values beyond the cap count as 'other')", ["status", "label", "value"])
 task_duration = Histogram("knarr_task_duration_seconds", "Subprocess wall-clock time", buckets=_DURATION_BUCKETS)
 task_timeouts = Counter("knarr_task_timeouts_total", "Subprocesses killed at their deadline")
 task_output_truncated = Counter("knarr_task_output_truncated_total", "Subprocesses whose stdout or stderr passed executor.max_output_bytes")

@@ -1,0 +1,1 @@
+"""Moving to knarr from other frameworks: config translation, pure and table-driven."""
