@@ -147,3 +147,12 @@ async def test_a_host_that_is_not_this_machines_is_an_error_naming_metrics_host(
     server = HealthServer(0, lambda: (True, ""), host="192.0.2.1")  # TEST-NET-1: never local
     with pytest.raises(ProbeServerError, match=r"metrics.host '192.0.2.1' is not an address of this machine"):
         await server.start()
+
+
+async def test_healthz_fails_naming_the_reason_when_the_worker_cannot_recover_by_itself():
+    failure = {"reason": None}
+    server = HealthServer(0, lambda: (True, "ok"), host="127.0.0.1", failure=lambda: failure["reason"])
+    assert server._route("/healthz")[0] == "200 OK"
+    failure["reason"] = "partition 3 failed twice: boom"
+    status, body = server._route("/healthz")
+    assert status.startswith("503") and body["failed"] == "partition 3 failed twice: boom"

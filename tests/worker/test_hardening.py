@@ -201,6 +201,7 @@ async def test_a_processor_that_dies_is_restarted_once_then_the_partition_is_fai
         await wait_until(lambda: not worker._readiness()[0], what="readiness to fail after the second death")
         reason = worker._readiness()[1]
         assert "partition 0 failed twice" in reason and "engine bug at offset 2" in reason
+        assert "engine bug at offset 2" in worker._failure()  # /healthz fails too: the liveness probe restarts the pod
     assert worker.exit_code == ExitCode.DRAIN_INCOMPLETE  # a failed partition does not drain clean
     assert committed_offsets(kafka_bootstrap, cfg.kafka.consumer_group, src) == {0: 2}
     assert sorted(m.json()["id"] for m in consume_all(kafka_bootstrap, out)) == [0, 1]

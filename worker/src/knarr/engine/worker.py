@@ -98,7 +98,7 @@ class Worker:
         metrics.worker_info.info({"worker_id": self.worker_id, "version": VERSION, "consumer_group": cfg.kafka.consumer_group})
         if cfg.metrics.enabled:
             self.health = HealthServer(cfg.metrics.port, self._readiness, host=cfg.metrics.host,
-                                       max_connections=cfg.metrics.max_connections)
+                                       max_connections=cfg.metrics.max_connections, failure=self._failure)
             await self.health.start()
             self.log.info("probes listening", host=cfg.metrics.host, port=self.health.port)
 
@@ -161,6 +161,11 @@ class Worker:
         except ConsumerSettingsError as exc:
             raise ConfigError(f"invalid configuration:\n  {exc}") from None
         return source
+
+    def _failure(self) -> str | None:
+        """A partition that failed for good: only a restart (the liveness probe) brings it back."""
+        failed = [p.failure for p in self.processors.values() if p.failure]
+        return "; ".join(failed) if failed else None
 
     def _readiness(self) -> tuple[bool, str]:
         if self._fatal is not None:

@@ -45,10 +45,12 @@ class HealthServer:
         host: str = "0.0.0.0",
         max_connections: int = 32,
         head_timeout: float = HEAD_TIMEOUT_SECONDS,
+        failure: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.host = host
         self.port = port
         self.readiness = readiness
+        self.failure = failure  # a reason the worker cannot recover by itself: /healthz fails so it is restarted
         self.max_connections = max_connections
         self.head_timeout = head_timeout
         self._server: asyncio.Server | None = None
@@ -154,8 +156,12 @@ class HealthServer:
     def _route(self, path: str) -> tuple[str, dict]:
         if path == "/healthz":
             age = time.monotonic() - self._beat
-            ok = age < STALE_AFTER_SECONDS
-            return "200 OK" if ok else "503 Service Unavailable", {"alive": ok, "loop_heartbeat_age_seconds": round(age, 3)}
+            failure = self.failure()
+            ok = age < STALE_AFTER_SECONDS and failure is None
+            body: dict = {"alive": ok, "loop_heartbeat_age_seconds": round(age, 3)}
+            if failure is not None:
+                body["failed"] = failure
+            return "200 OK" if ok else "503 Service Unavailable", body
         if path == "/readyz":
             ready, reason = self.readiness()
             return "200 OK" if ready else "503 Service Unavailable", {"ready": ready, "reason": reason}
