@@ -144,7 +144,7 @@ class PartitionProcessor:
     def _died(self, exc: BaseException) -> bool:
         """The processor raised where it never should (an engine bug): restart once, then fail the partition."""
         reason = f"{type(exc).__name__}: {exc}"
-        metrics.processor_restarts.labels(self._label).inc()
+        metrics.processor_failures.labels(self._label).inc()
         if self._restarts == 0:
             self._restarts += 1
             self.log.error("partition processor died; restarting it once", error=reason, exc_info=exc)

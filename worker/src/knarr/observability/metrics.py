@@ -47,7 +47,7 @@ dlq_stalls = Counter("knarr_dlq_stalls_total", "Times a partition stalled becaus
 parse_errors = Counter("knarr_parse_errors_total", "Messages that did not parse, by what on_parse_error did", ["policy"])
 stalls = Counter("knarr_stalls_total", "Times a partition stalled because a hook failed on every message", ["hook"])
 partition_stalled = Gauge("knarr_partition_stalled", "1 while the partition is stalled by a failing hook", ["partition"])
-processor_restarts = Counter("knarr_processor_failures_total", "Partition processors that died unexpectedly", ["partition"])
+processor_failures = Counter("knarr_processor_failures_total", "Partition processors that died unexpectedly", ["partition"])
 
 _children: dict[tuple, Any] = {}
 
