@@ -27,13 +27,14 @@ demo-kafka: setup
 test: setup
 	hack/kafka/kafka.sh up
 	hack/envtest/envtest.sh up
+	hack/services/services.sh up
 	$(UV) run pytest $(PYTEST_ARGS)
 
 # Only the tests that need no service (fast feedback)
 test-unit: setup
 	$(UV) run pytest tests/unit $(PYTEST_ARGS)
 
-.PHONY: tools envtest-up envtest-down kafka-up kafka-down
+.PHONY: tools envtest-up envtest-down kafka-up kafka-down services-up services-down
 
 # Build/fetch the pinned kube-apiserver, kube-controller-manager, etcd, helm and hadolint into ~/.cache/knarr/bin
 tools:
@@ -54,6 +55,14 @@ kafka-up:
 # Stop the local Kafka broker (idempotent)
 kafka-down:
 	hack/kafka/kafka.sh down
+
+# Start (or reuse) the sink servers (PostgreSQL, Redis, MongoDB wire); prints one NAME=value line each
+services-up:
+	hack/services/services.sh up
+
+# Stop the sink servers (idempotent)
+services-down:
+	hack/services/services.sh down
 
 .PHONY: bench-fairness
 

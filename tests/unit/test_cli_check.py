@@ -66,7 +66,7 @@ def test_check_reports_a_sink_type_this_version_lacks_without_printing_its_crede
     config.write_text("sinks: {postgres: {db: {dsn: 'postgresql://app:pg-pass@db/app'}}}\n")
     proc = knarr("check", "--config", str(config), "--handler", f"{QUICKSTART / 'handler.py'}:WordCounter")
     assert proc.returncode == ExitCode.USAGE
-    assert "sinks.postgres.db: the postgres sink is not available in this knarr version" in proc.stderr
+    assert "sinks.postgres.db: this knarr version has no postgres sink" in proc.stderr
     assert "pg-pass" not in proc.stderr + proc.stdout
 
 

@@ -17,6 +17,8 @@ INTERNAL = {
     "knarr.sinks.filesystem.PathEscapeError": "a payload's path: a delivery failure, dead-lettered like any other",
     "knarr_spark.processing.ChunkFailed": "tells Spark to run the task again; its last attempt is reported",
     "knarr.config.librdkafka.ConsumerSettingsError": "the Kafka client refuses the settings: startup turns it into a ConfigError naming the keys",
+    "knarr.sinks.base.TransientSinkError": "a sink that is down for now: the delivery waits and retries, never reaches people as an error",
+    "knarr.sinks.base.PermanentSinkError": "a sink refused a batch: on_delivery_error decides, the DLQ record carries the message",
     "knarr.engine.ledger.ArrangeRefused": "an arrange() result the engine will not run: that part of the window is dead-lettered",
 }
 

@@ -36,6 +36,8 @@ sink_errors = Counter("knarr_sink_delivery_errors_total", "Failed sink deliverie
 sink_retries = Counter("knarr_sink_delivery_retries_total", "Sink delivery retries", ["sink", "type"])
 sink_skipped = Counter("knarr_sink_deliveries_skipped_total", "Deliveries dropped by SKIP", ["sink", "type"])
 sink_dlq = Counter("knarr_sink_dlq_messages_total", "Deliveries dead-lettered", ["sink", "type"])
+sink_transient_errors = Counter("knarr_sink_transient_errors_total", "Deliveries a sink could not take for now (server down or overloaded); retried, never dead-lettered", ["sink", "type"])
+sink_waiting = Gauge("knarr_sink_waiting", "Deliveries waiting for this sink to come back", ["sink", "type"])
 sink_duration = Histogram("knarr_sink_deliver_duration_seconds", "Sink delivery time", ["sink", "type"], buckets=_DURATION_BUCKETS)
 probe_connections_dropped = Counter(
     "knarr_probe_connections_dropped_total",

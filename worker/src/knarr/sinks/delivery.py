@@ -4,6 +4,11 @@ A failed delivery asks the handler's ``on_delivery_error``: RETRY (bounded, with
 SKIP (drop), or DLQ (the default). Returning from :meth:`SinkManager.deliver` means every
 payload is either confirmed by its sink or handled — only then may the offset complete.
 
+A *transient* failure (:class:`~knarr.sinks.base.TransientSinkError`: the server is down or
+overloaded) asks nobody: the delivery waits and retries with backoff (the server's Retry-After
+when it gives one) until the sink takes the batch. The partition waits with it, readiness and
+``knarr_sink_waiting`` name the sink, nothing is dead-lettered for an outage.
+
 A dead letter the DLQ itself refuses follows ``dlq.on_send_failure``: ``stall`` keeps
 retrying with backoff (the partition waits, readiness says why, nothing is lost) and
 ``drop`` counts, logs and gives up on it (the offset completes). The worker never exits for it.
@@ -26,7 +31,7 @@ from knarr.engine.stats import RunStats
 from knarr.errors import FatalError
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
-from knarr.sinks.base import Sink
+from knarr.sinks.base import Sink, TransientSinkError
 from knarr.sinks.dlq import task_record
 from knarr.sinks.resolution import resolve_sink
 
@@ -78,7 +83,13 @@ class SinkManager:
         self.connected = False
         self.stats = stats or RunStats()
         self.on_send_failure = on_send_failure
-        self.stalled: dict[int | None, str] = {}  # partitions waiting for the DLQ to accept a record
+        self.dlq_stalled: dict[int | None, str] = {}  # partitions waiting for the DLQ to accept a record
+        self.waiting: dict[int | None, str] = {}  # partitions waiting for a sink that is down to come back
+
+    @property
+    def stalled(self) -> dict[int | None, str]:
+        """Every partition held up by delivery, and why (a sink that is down, a DLQ that refuses)."""
+        return {**self.waiting, **self.dlq_stalled}
 
     @property
     def dead_lettered(self) -> int:
@@ -134,10 +145,15 @@ class SinkManager:
     async def _deliver_to(self, sink: Sink, payloads: list[Any], origin: Origin) -> None:
         labels = (sink.name, sink.sink_type)
         attempt = 1
+        outage = 0  # transient failures in a row
         while True:
             started = time.monotonic()
             try:
                 await sink.deliver(payloads)
+            except TransientSinkError as exc:
+                outage += 1
+                await self._wait_for(sink, exc, outage, origin.partition)
+                continue
             except Exception as exc:
                 metrics.sink_errors.labels(*labels).inc()
                 error = DeliveryError(
@@ -160,10 +176,37 @@ class SinkManager:
                     log.warning("sink delivery retries exhausted; dead-lettering", sink=sink.name, attempts=attempt)
                 await self.dead_letter(error)
                 return
+            if outage:
+                self._back(sink, outage, origin.partition)
             metrics.labelled(metrics.sink_deliveries, *labels).inc()
             metrics.labelled(metrics.sink_payloads, *labels).inc(len(payloads))
             metrics.labelled(metrics.sink_duration, *labels).observe(time.monotonic() - started)
             return
+
+    async def _wait_for(self, sink: Sink, exc: TransientSinkError, outage: int, partition: int | None) -> None:
+        """A sink that is down: wait (backoff, or the server's Retry-After) before trying the same batch again."""
+        labels = (sink.name, sink.sink_type)
+        metrics.labelled(metrics.sink_transient_errors, *labels).inc()
+        reason = f"{sink.sink_type} sink {sink.name!r} is unavailable: {exc}"
+        if outage == 1:
+            metrics.labelled(metrics.sink_waiting, *labels).inc()
+            log.warning("sink unavailable; the delivery waits and retries (nothing is dead-lettered for an outage)",
+                        sink=sink.name, type=sink.sink_type, partition=partition, error=str(exc))
+        elif outage % 10 == 0:
+            log.warning("sink still unavailable; retrying", sink=sink.name, type=sink.sink_type,
+                        partition=partition, attempts=outage, error=str(exc))
+        self.waiting[partition] = reason
+        delay = retry_delay(min(outage, 30), self.backoff_base, self.backoff_max)
+        if exc.retry_after is not None:
+            delay = min(max(exc.retry_after, delay), self.backoff_max)
+        await asyncio.sleep(delay)
+
+    def _back(self, sink: Sink, outage: int, partition: int | None) -> None:
+        metrics.labelled(metrics.sink_waiting, sink.name, sink.sink_type).dec()
+        if self.waiting.get(partition, "").startswith(f"{sink.sink_type} sink {sink.name!r} "):
+            del self.waiting[partition]
+        log.info("sink available again; delivery resumed", sink=sink.name, type=sink.sink_type, partition=partition,
+                 failed_attempts=outage)
 
     async def _ask_handler(self, error: DeliveryError) -> DeliveryAction:
         called = await call_hook("on_delivery_error", self.handler.on_delivery_error, error, log=log,
@@ -215,14 +258,14 @@ class SinkManager:
                                   dlq=self.dlq.topic, partition=partition, offsets=error.offsets,
                                   count=len(error.payloads), reason=error.error[:500], error=refused)
                         return
-                    if partition not in self.stalled:
+                    if partition not in self.dlq_stalled:
                         metrics.dlq_stalls.inc()
                         log.error("the DLQ refuses dead letters; partition stalled, retrying with backoff "
                                   "(dlq.on_send_failure: stall)", dlq=self.dlq.topic, partition=partition, error=refused)
-                    self.stalled[partition] = f"DLQ {self.dlq.topic!r} refuses dead letters: {refused}"
+                    self.dlq_stalled[partition] = f"DLQ {self.dlq.topic!r} refuses dead letters: {refused}"
                 await asyncio.sleep(retry_delay(attempt, self.backoff_base, DLQ_STALL_MAX_DELAY))
                 continue
-            if self.stalled.pop(partition, None) is not None:
+            if self.dlq_stalled.pop(partition, None) is not None:
                 log.warning("the DLQ accepts dead letters again; partition resumes", dlq=self.dlq.topic, partition=partition)
             metrics.sink_dlq.labels(error.sink_name, error.sink_type).inc()
             self.stats.dead_lettered += len(error.payloads)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from knarr.config.models import FileSinkConfig
+from knarr.config.root import KnarrConfig
 from knarr.sinks.base import SinkConnectError
 
 
@@ -29,6 +30,10 @@ class FileSink:
         self.name = name
         self.config = config
         self.base = Path(config.base_path).resolve()
+
+    @classmethod
+    def from_config(cls, name: str, config: FileSinkConfig, root: KnarrConfig) -> FileSink:
+        return cls(name, config)
 
     async def connect(self) -> None:
         try:

@@ -5,11 +5,21 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
+
 from knarr.api.payloads import KafkaPayload
 from knarr.config.models import KafkaConfig, KafkaSinkConfig
+from knarr.config.root import KnarrConfig
 from knarr.kafka import settings
-from knarr.sinks.base import SinkConnectError
+from knarr.sinks.base import PermanentSinkError, SinkConnectError, TransientSinkError
 from knarr.sinks.producer import AsyncProducer
+
+# Errors that say the brokers are away, not that they refuse the records.
+_TRANSIENT = frozenset({
+    KafkaError._MSG_TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
+    KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+})
 
 
 class KafkaSink:
@@ -22,6 +32,10 @@ class KafkaSink:
         self.startup_timeout = kafka.startup_timeout_seconds
         self._producer = AsyncProducer(settings.producer(kafka, config.brokers, config.extra))
 
+    @classmethod
+    def from_config(cls, name: str, config: KafkaSinkConfig, root: KnarrConfig) -> KafkaSink:
+        return cls(name, config, root.kafka)
+
     async def connect(self) -> None:
         try:
             await asyncio.to_thread(self._producer.connect, self.startup_timeout)
@@ -30,7 +44,13 @@ class KafkaSink:
 
     async def deliver(self, payloads: list[Any]) -> None:
         records = [(p.data_json().encode(), p.key, p.headers or None) for p in payloads if isinstance(p, KafkaPayload)]
-        await self._producer.produce_all(self.config.topic, records)
+        try:
+            await self._producer.produce_all(self.config.topic, records)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if err is not None and (err.retriable() or err.code() in _TRANSIENT):
+                raise TransientSinkError(f"topic {self.config.topic!r}: {err.str()}") from None
+            raise PermanentSinkError(f"topic {self.config.topic!r}: {err.str() if err else exc}") from None
 
     async def close(self) -> None:
         await asyncio.to_thread(self._producer.close)

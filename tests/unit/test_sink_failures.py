@@ -1,0 +1,90 @@
+"""A sink that is down makes the delivery wait; a sink that refuses a batch asks the handler."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from knarr import BaseHandler, CollectResult, FilePayload
+from knarr.api.payloads import DeliveryAction
+from knarr.sinks.base import PermanentSinkError, TransientSinkError
+from knarr.sinks.delivery import Origin, SinkManager
+from knarr.sinks.dlq import FileDeadLetterQueue
+
+
+class FlakySink:
+    """A sink whose server fails the first ``failures`` deliveries with ``error``, then takes everything."""
+
+    sink_type = "filesystem"
+    name = "out"
+
+    def __init__(self, failures: int, error: Exception) -> None:
+        self.failures = failures
+        self.error = error
+        self.calls = 0
+        self.delivered: list = []
+
+    async def connect(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def deliver(self, payloads: list) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        self.delivered.extend(payloads)
+
+
+class Asking(BaseHandler):
+    def __init__(self, answer: DeliveryAction) -> None:
+        self.answer = answer
+        self.asked: list = []
+
+    async def on_delivery_error(self, error):
+        self.asked.append(error)
+        return self.answer
+
+
+def _outputs(n: int) -> CollectResult:
+    return CollectResult(files=[FilePayload(path="x.jsonl", data={"i": i}) for i in range(n)])
+
+
+async def test_an_outage_waits_and_retries_without_asking_the_handler_or_dead_lettering(tmp_path):
+    sink = FlakySink(3, TransientSinkError("connection refused"))
+    handler = Asking(DeliveryAction.DLQ)
+    dlq = FileDeadLetterQueue(str(tmp_path / "dlq.jsonl"), "input")
+    manager = SinkManager([sink], dlq, handler, backoff_base=0.01, backoff_max=0.05)
+    await manager.connect_all()
+
+    delivery = asyncio.create_task(manager.deliver(_outputs(4), Origin(partition=2, offsets=(7,))))
+    while sink.calls < 2:
+        await asyncio.sleep(0.005)
+    assert "filesystem sink 'out' is unavailable: connection refused" in manager.stalled[2]
+
+    assert await delivery == 4
+    assert [p.data for p in sink.delivered] == [{"i": i} for i in range(4)]
+    assert handler.asked == []
+    assert manager.dead_lettered == 0 and manager.stalled == {}
+
+
+async def test_the_servers_retry_after_is_honoured_up_to_the_backoff_cap():
+    sink = FlakySink(1, TransientSinkError("429 Too Many Requests", retry_after=0.3))
+    manager = SinkManager([sink], None, Asking(DeliveryAction.DLQ), backoff_base=0.01, backoff_max=5)
+    started = asyncio.get_running_loop().time()
+    await manager.deliver(_outputs(1), Origin(partition=0))
+    assert asyncio.get_running_loop().time() - started >= 0.3
+
+
+async def test_a_refused_batch_asks_the_handler_and_is_dead_lettered_with_the_reason(tmp_path):
+    sink = FlakySink(99, PermanentSinkError('column "colour" of relation "results" does not exist'))
+    handler = Asking(DeliveryAction.DLQ)
+    dlq = FileDeadLetterQueue(str(tmp_path / "dlq.jsonl"), "input")
+    manager = SinkManager([sink], dlq, handler)
+    await manager.connect_all()
+
+    await manager.deliver(_outputs(2), Origin(partition=1, offsets=(10, 11)))
+
+    assert len(handler.asked) == 1 and sink.calls == 1
+    [record] = [json.loads(line) for line in (tmp_path / "dlq.jsonl").read_text().splitlines()]
+    assert record["error"] == 'PermanentSinkError: column "colour" of relation "results" does not exist'
+    assert manager.dead_lettered == 2
