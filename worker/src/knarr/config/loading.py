@@ -36,7 +36,22 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     overrides, problems = env_overrides(KnarrConfig, env, data)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
-    return _validate(deep_merge(data, overrides), yaml_path)
+    config = _validate(deep_merge(data, overrides), yaml_path)
+    if config.sinks.plugin:
+        _check_plugins(config, yaml_path)
+    return config
+
+
+def _check_plugins(config: KnarrConfig, yaml_path: Path | None) -> None:
+    """Plug-in sinks' types and options, checked where the worker runs (the plug-in is installed there,
+    not necessarily where a config is only validated, as in the operator)."""
+    from knarr.sinks.plugins import problems
+
+    found = problems(config.sinks.plugin)
+    if found:
+        where = f" in {str(yaml_path)!r}" if yaml_path else ""
+        lines = [line for problem in found for line in problem.splitlines()]
+        raise ConfigError(f"invalid configuration{where}:\n" + "\n".join(f"  {line}" for line in lines))
 
 
 def config_from_dict(data: Mapping[str, Any]) -> KnarrConfig:
