@@ -100,7 +100,7 @@ def _routing(payloads: list[Any]) -> dict[str, Any]:
             continue
         if isinstance(payload.data, (bytes, bytearray)):
             raw.append(index)  # its data is text as given, not a JSON value to re-encode
-        entry = {name: _field_value(getattr(payload, name)) for name in type(payload).model_fields if name != "data"}
+        entry = {name: _field_value(getattr(payload, name)) for name in type(payload).model_fields if name not in ("data", "sink")}
         fields.append(entry if len(record_json(entry)) <= MAX_FIELDS_CHARS else None)
     out["payload_fields"] = fields
     if raw:
