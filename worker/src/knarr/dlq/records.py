@@ -127,7 +127,7 @@ def normalise_reason(error: str) -> str:
     first = _TASK.sub("task <id>: ", first)
     first = _UUIDISH.sub("<id>", first)
     first = _NUMBER.sub("N", first)
-    first = " ".join(first.split())
+    first = " ".join(first.split()).rstrip(" :")  # "exit code 3: " with an empty stderr
     return first if len(first) <= REASON_CHARS else first[: REASON_CHARS - 1] + "…"
 
 
