@@ -68,7 +68,7 @@ def locate(config: KnarrConfig | None, topic: str | None = None, file: str | Non
     extra = config.kafka.extra if config is not None else {}
     timeout = config.kafka.startup_timeout_seconds if config is not None else DEFAULT_TIMEOUT
     if topic:
-        servers = brokers or (config.dlq.brokers or config.kafka.brokers if config is not None else "")
+        servers = brokers or (config.dlq_brokers if config is not None else "")
         if not servers:
             raise UsageError("--topic needs --brokers (or --config, whose dlq.brokers / kafka.brokers are used)")
         return Location(topic=topic, connection=settings.connection(servers, extra), timeout=timeout)
@@ -76,7 +76,7 @@ def locate(config: KnarrConfig | None, topic: str | None = None, file: str | Non
         raise UsageError("which DLQ? give --config (its dlq.path or dlq.topic), --file PATH, or --topic NAME --brokers HOST:PORT")
     if config.dlq.path and not brokers:
         return Location(path=Path(config.dlq.path))
-    servers = brokers or config.dlq.brokers or config.kafka.brokers
+    servers = brokers or config.dlq_brokers
     return Location(topic=config.dlq_topic, connection=settings.connection(servers, extra), timeout=timeout)
 
 
