@@ -12,16 +12,21 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
+from confluent_kafka import TopicPartition
 from pydantic import BaseModel
 
 import knarr
 from knarr.config.root import KnarrConfig, dump_config
 from knarr.engine.worker import Worker
-from tests.services.kafka import committed_offsets, consume_all, end_offsets, produce_json
+from knarr.dlq.store import read_topic
+from knarr.kafka import settings
+from knarr.kafka.clients import close_consumer, open_consumer
+from tests.services.kafka import committed_offsets, consume_all, end_offsets, produce_json, unique_name
 from tests.worker.harness import kafka_config, running, topics, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -82,6 +87,21 @@ async def fill(bootstrap: str, tmp_path: Path, dlq: dict | None = None) -> tuple
 
 def numbers_blanked(path: Path) -> str:
     return re.sub(r"(?<![A-Za-z_])\d+", "N", str(path))  # pytest-12 -> pytest-N, as a reason shows it
+
+
+def headers_at(bootstrap: str, topic: str, offsets: list[int]) -> list[list[tuple[str, bytes]]]:
+    consumer = open_consumer({**settings.connection(bootstrap), "group.id": unique_name("headers"), "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, offsets[0])])
+        found: list[list[tuple[str, bytes]]] = []
+        deadline = time.monotonic() + 15
+        while len(found) < len(offsets) and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None and msg.offset() in offsets:
+                found.append(list(msg.headers() or []))
+        return found
+    finally:
+        close_consumer(consumer)
 
 
 def knarr_cli(*args: str) -> subprocess.CompletedProcess:
@@ -183,6 +203,10 @@ async def test_replay_re_queues_failed_tasks_source_messages_to_the_input_topic_
     assert f"  re-queued         2 records (2 messages) to topic {cfg.kafka.source_topic!r}" in proc.stdout
     requeued = consume_all(kafka_bootstrap, cfg.kafka.source_topic)[12:]
     assert sorted((m.key, m.json()["id"]) for m in requeued) == [(b"k10", 10), (b"k11", 11)]
+    task_records = [json.loads(v) for v, _ in read_topic(settings.connection(kafka_bootstrap), cfg.dlq_topic, None, 10)[0]
+                    if json.loads(v)["stage"] == "task"]
+    assert sorted(headers_at(kafka_bootstrap, cfg.kafka.source_topic, [12, 13])) == sorted(
+        [("knarr-replay", b"dlq"), ("knarr-dlq-record", r["id"].encode())] for r in task_records)
 
     async with running(Worker(cfg, Routed(tmp_path / "tasks-fail"))):
         await wait_until(lambda: committed_offsets(kafka_bootstrap, cfg.kafka.consumer_group, cfg.kafka.source_topic)

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 import time
 
 from knarr.config.loading import load_config
@@ -135,11 +136,17 @@ def _replay(args: argparse.Namespace) -> int:
 
     # The delivery path logs what people should see (a sink that is down and waited for) on stderr.
     configure_logging(config.logging.level if config.logging.level != "INFO" else "WARNING", "console")
-    ledger = store.ledger(location)
-    with progress_bar("replay", unit="rec", enabled=args.progress) as bar:
-        if bar is not None:
-            bar.total = len(steps)
-        outcome = asyncio.run(Replayer(config, ledger, target).run(steps, on_step=lambda s: bar.update(1) if bar else None))
+    replayer = Replayer(config, store.ledger(location), target)
+    try:
+        with progress_bar("replay", unit="rec", enabled=args.progress) as bar:
+            if bar is not None:
+                bar.total = len(steps)
+            outcome = asyncio.run(replayer.run(steps, on_step=lambda s: bar.update(1) if bar else None))
+    except KeyboardInterrupt:
+        print(f"knarr dlq replay: interrupted after these ({head}):\n{render_outcome(replayer.outcome)}\n"
+              f"the records done are in the replay ledger ({location.ledger_label}): run the same command again "
+              "to go on with the rest", file=sys.stderr)
+        return ExitCode.WORK_FAILED
     if args.json:
         print(json.dumps({"matched": len(matched), "read": found.read, **outcome_json(outcome)}, indent=2))
     else:

@@ -70,9 +70,10 @@ class Replayer:
         self._delivery: _ReplayDelivery | None = None
         self._missing_sinks: set[tuple[str, str]] = set()
         self._producer: AsyncProducer | None = None
+        self.outcome = Outcome()  # so far: what an interrupted replay had done
 
     async def run(self, steps: list[Step], on_step: Callable[[Step], None] = lambda step: None) -> Outcome:
-        outcome = Outcome()
+        outcome = self.outcome = Outcome()
         await self._open(steps)
         try:
             for step in steps:
