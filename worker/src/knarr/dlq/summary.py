@@ -92,7 +92,7 @@ def render(summary: Summary) -> str:
         lines.append(f"  (reading stopped at --limit {summary.read}: there are more records)")
     if summary.unreadable:
         lines.append(f"  {summary.unreadable} entries are not DLQ records (not JSON objects) and were left out")
-    if summary.replayed is not None:
+    if summary.replayed is not None and summary.matched:
         lines.append(f"  {summary.replayed} of them already replayed (in the replay ledger)")
     if not summary.matched:
         return "\n".join(lines)
