@@ -106,3 +106,17 @@ def test_the_dry_run_of_a_file_dlq_changes_nothing(tmp_path):
         "  would re-deliver 3 records (3 payloads) to test-jsonl sink 'audit'"]
     assert (tmp_path / "dlq.jsonl").read_bytes() == before
     assert not (tmp_path / "dlq.jsonl.replayed").exists() and not (tmp_path / "audit.jsonl").exists()
+
+
+def test_inspect_reads_the_dlq_of_a_config_whose_plug_in_is_not_installed_here_but_replay_refuses_it(tmp_path):
+    config = setup(tmp_path, 2)
+    data = yaml.safe_load(config.read_text())
+    data["sinks"]["plugin"]["audit"]["type"] = "installed-elsewhere"
+    config.write_text(yaml.safe_dump(data))
+    inspect = subprocess.run([sys.executable, "-m", "knarr.cli", "dlq", "inspect", "--config", str(config), "--json"],
+                             capture_output=True, text=True, timeout=60)
+    assert inspect.returncode == 0, inspect.stderr
+    assert json.loads(inspect.stdout)["by_sink"] == {"test-jsonl/audit": 2}
+    replay = subprocess.run(command(config), capture_output=True, text=True, timeout=60)
+    assert replay.returncode == 2
+    assert "sinks.plugin.audit.type: no installed plug-in sink is called 'installed-elsewhere'" in replay.stderr

@@ -84,7 +84,7 @@ def _config(args: argparse.Namespace, required: bool) -> KnarrConfig | None:
             raise UsageError(f"give --config PATH (or set {CONFIG_PATH_ENV}): the replay builds the sinks and "
                              "finds the source topic from it")
         return None
-    return load_config(path)
+    return load_config(path, plugins=required)  # inspecting needs no sink, so no plug-in need be installed
 
 
 def _read(args: argparse.Namespace, config: KnarrConfig | None):

@@ -19,8 +19,12 @@ from knarr.errors import ConfigError
 __all__ = ["ConfigError", "config_from_dict", "format_validation_error", "load_config"]
 
 
-def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> KnarrConfig:
+def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
+                plugins: bool = True) -> KnarrConfig:
     """Load YAML from ``path`` (or ``$KNARR_CONFIG``), deep-merge ``KNARR_*`` env on top, validate.
+
+    ``plugins``: also check the plug-in sinks' types and options (they must be installed here);
+    off for commands that never build sinks (``knarr dlq inspect``).
 
     Raises :class:`ConfigError` naming each bad key, what was expected and what to do.
     """
@@ -37,7 +41,7 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
     config = _validate(deep_merge(data, overrides), yaml_path)
-    if config.sinks.plugin:
+    if plugins and config.sinks.plugin:
         _check_plugins(config, yaml_path)
     return config
 
