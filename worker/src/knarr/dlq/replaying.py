@@ -27,7 +27,7 @@ from knarr.config.root import KnarrConfig
 from knarr.dlq.records import DlqRecord
 from knarr.dlq.replay import Step, rebuild
 from knarr.dlq.store import FileLedger, KafkaLedger, ledger_entry
-from knarr.errors import KnarrError
+from knarr.errors import KnarrError, UnavailableError
 from knarr.kafka import settings
 from knarr.sinks.base import Sink
 from knarr.sinks.delivery import Origin, SinkManager
@@ -97,8 +97,6 @@ class Replayer:
             try:
                 await asyncio.to_thread(self._producer.connect, self.config.kafka.startup_timeout_seconds)
             except ConnectionError as exc:
-                from knarr.errors import UnavailableError
-
                 raise UnavailableError(f"the source topic's brokers: {exc}") from None
         await self.ledger.open()
 

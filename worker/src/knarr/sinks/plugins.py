@@ -23,7 +23,7 @@ the plug-in's type (the entry point name) as the sink type.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
@@ -50,6 +50,7 @@ class InstalledPlugin:
     target: str  # "module:Class"
     package: str
     version: str
+    entry_point: Any = field(default=None, compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -62,7 +63,8 @@ def installed() -> dict[str, list[InstalledPlugin]]:
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(ep, "dist", None)
         found.setdefault(ep.name, []).append(InstalledPlugin(
-            ep.name, ep.value, dist.metadata["Name"] if dist is not None else "", dist.version if dist is not None else ""))
+            ep.name, ep.value, dist.metadata["Name"] if dist is not None else "", dist.version if dist is not None else "",
+            ep))
     return found
 
 
@@ -86,8 +88,7 @@ def plugin_class(name: str, config: PluginSinkConfig) -> tuple[type, InstalledPl
                               f"{', '.join(e.label for e in entries)}); uninstall all but one")
     plugin = entries[0]
     try:
-        (ep,) = [e for e in metadata.entry_points(group=ENTRY_POINT_GROUP) if e.name == config.type]
-        cls = ep.load()
+        cls = plugin.entry_point.load()
     except Exception as exc:  # an import error in the plug-in's package: say which and why
         raise PluginSinkError(f"{where}: the plug-in {plugin.label} ({plugin.target}) does not load: "
                               f"{type(exc).__name__}: {exc}; fix or reinstall that package") from None
