@@ -107,3 +107,14 @@ def test_run_without_any_handler_says_how_to_name_one(tmp_path):
     proc = knarr("run", "--config", str(config))
     assert proc.returncode == ExitCode.USAGE
     assert "no handler: pass --handler module:Class" in proc.stderr
+
+
+def test_check_warns_that_a_local_source_without_dlq_path_dead_letters_to_the_kafka_topic(tmp_path):
+    config = tmp_path / "knarr.yaml"
+    config.write_text(f"source: {{type: local, local: {{path: {tmp_path / 'in.jsonl'}}}}}\n"
+                      f"sinks: {{filesystem: {{out: {{base_path: {tmp_path / 'out'}}}}}}}\n"
+                      "kafka: {brokers: 'kafka-1:9092', source_topic: orders}\n")
+    proc = knarr("check", "--config", str(config), "--handler", "knarr.demo.handler:SearchHandler")
+    assert proc.returncode == 0, proc.stderr
+    assert ("warning: the source is local but dlq.path is empty: dead letters go to the Kafka topic 'orders_dlq' at "
+            "'kafka-1:9092'; set dlq.path to keep them in a file") in proc.stdout

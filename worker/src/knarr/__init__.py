@@ -19,6 +19,7 @@ from knarr.api.payloads import (
     HttpPayload,
     KafkaPayload,
     MongoPayload,
+    PluginPayload,
     PostgresPayload,
     RedisPayload,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "MessageGroup",
     "MongoPayload",
     "PendingContext",
+    "PluginPayload",
     "PostgresPayload",
     "PrecomputedResult",
     "RedisPayload",

@@ -58,6 +58,12 @@ class RedisPayload(_Payload):
     ttl: int | None = None
 
 
+class PluginPayload(_Payload):
+    """A payload for a plug-in sink (``sinks.plugin.<name>``); ``sink`` names the instance, empty: the only one."""
+
+    meta: dict[str, Any] = Field(default_factory=dict, description="Anything else the plug-in wants with the data.")
+
+
 class CollectResult(BaseModel):
     """Everything a hook wants delivered, by sink type."""
 
@@ -67,10 +73,11 @@ class CollectResult(BaseModel):
     http: list[HttpPayload] = Field(default_factory=list)
     redis: list[RedisPayload] = Field(default_factory=list)
     files: list[FilePayload] = Field(default_factory=list)
+    plugin: list[PluginPayload] = Field(default_factory=list)
 
     @property
     def has_outputs(self) -> bool:
-        return bool(self.kafka or self.postgres or self.mongo or self.http or self.redis or self.files)
+        return bool(self.kafka or self.postgres or self.mongo or self.http or self.redis or self.files or self.plugin)
 
     def by_sink_type(self) -> list[tuple[str, list[_Payload]]]:
         """Payload lists keyed by the sink type they go to (``files`` go to ``filesystem``)."""
@@ -81,11 +88,29 @@ class CollectResult(BaseModel):
             ("http", self.http),
             ("redis", self.redis),
             ("filesystem", self.files),
+            ("plugin", self.plugin),
         ]
 
     @property
     def count(self) -> int:
         return sum(len(p) for _, p in self.by_sink_type())
+
+
+# A CollectResult field -> its payload class (a DLQ record names the field, so a replay can rebuild the payload).
+PAYLOAD_KINDS: dict[str, type[_Payload]] = {
+    "kafka": KafkaPayload, "postgres": PostgresPayload, "mongo": MongoPayload, "http": HttpPayload,
+    "redis": RedisPayload, "files": FilePayload, "plugin": PluginPayload,
+}
+# A CollectResult field -> the kind of sink its payloads go to (every plug-in type is of kind "plugin").
+SINK_KIND_OF_FIELD: dict[str, str] = {"files": "filesystem"}
+
+
+def payload_kind(payload: Any) -> str:
+    """The CollectResult field a payload object belongs in ("" for anything else)."""
+    for kind, cls in PAYLOAD_KINDS.items():
+        if type(payload) is cls:
+            return kind
+    return ""
 
 
 class DeliveryAction(str, enum.Enum):

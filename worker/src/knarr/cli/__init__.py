@@ -1,4 +1,4 @@
-"""The ``knarr`` command: run, check, init, demo and backfill.
+"""The ``knarr`` command: run, check, init, demo, dlq and backfill.
 
 Every subcommand returns an exit code; an error for people (:class:`knarr.errors.KnarrError`)
 is printed as one message, prefixed with the command, and ends the command with the code
@@ -86,6 +86,10 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="out/demo", help="where the demo writes its input and results")
     demo.add_argument("--kafka", default=None, help="bootstrap servers: run the demo on Kafka instead")
     demo.set_defaults(fn=_demo)
+
+    from knarr.cli.dlq import add_parsers as add_dlq_parsers
+
+    add_dlq_parsers(sub)
 
     sub.add_parser("backfill", help="reprocess history on Spark (see knarr backfill --help)")
     sub.add_parser("migrate-config", help="translate a Drakkar config (see knarr migrate-config --help)")

@@ -2,7 +2,7 @@
 
 It loads the config exactly as ``knarr run`` does (YAML, ``KNARR_*`` env, paths relative to
 the file), imports the handler and checks it against the hook contract, checks that every
-configured sink type exists in this version, and prints the resolved configuration with
+configured sink type exists in this version (a plug-in's type is installed and its options valid), and prints the resolved configuration with
 credentials masked. Problems go to stderr and end it with exit code 2; warnings (things
 that work but probably are not what was meant) do not fail it.
 """
@@ -22,6 +22,7 @@ from knarr.cli.run import require_config_path
 from knarr.config.root import KnarrConfig, dump_config
 from knarr.errors import ExitCode, KnarrError, UsageError
 from knarr.loader import load_handler_class
+from knarr.sinks.plugins import installed, installed_text
 
 OUTPUT_HOOKS = ("on_task_complete", "on_message_complete", "on_window_complete")
 
@@ -51,6 +52,8 @@ def check_command(config_path: str | None, handler_option: str | None) -> int:
     print(f"config:  {path}: ok")
     hooks = [name for name in HOOKS if getattr(handler_cls, name) is not getattr(BaseHandler, name)]
     print(f"handler: {spec}: ok (hooks: {', '.join(hooks)})")
+    print(f"sinks:   {sinks_text(config)}")
+    print(f"plug-in sink types installed: {installed_text()}")
     for warning in warnings(config, handler_cls):
         print(f"warning: {warning}")
     print("\n# the resolved configuration (credentials masked)")
@@ -73,6 +76,20 @@ def _sink_problems(config: KnarrConfig) -> list[str]:
     except KnarrError as exc:
         return [str(exc)]
     return []
+
+
+def sinks_text(config: KnarrConfig) -> str:
+    """Every configured sink, a plug-in with its type and the package that adds it."""
+    found = installed()
+    shown = []
+    for sink_type, name, cfg in config.sinks.instances():
+        if sink_type == "plugin":
+            plugin_type = cfg.type  # type: ignore[attr-defined]
+            origin = [f" from {p.package} {p.version}" for p in found.get(plugin_type, [])[:1] if p.package]
+            shown.append(f"plugin {name} ({plugin_type}{''.join(origin)})")
+        else:
+            shown.append(f"{sink_type} {name}")
+    return ", ".join(shown)
 
 
 def warnings(config: KnarrConfig, handler_cls: type) -> list[str]:

@@ -19,8 +19,12 @@ from knarr.errors import ConfigError
 __all__ = ["ConfigError", "config_from_dict", "format_validation_error", "load_config"]
 
 
-def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> KnarrConfig:
+def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
+                plugins: bool = True) -> KnarrConfig:
     """Load YAML from ``path`` (or ``$KNARR_CONFIG``), deep-merge ``KNARR_*`` env on top, validate.
+
+    ``plugins``: also check the plug-in sinks' types and options (they must be installed here);
+    off for commands that never build sinks (``knarr dlq inspect``).
 
     Raises :class:`ConfigError` naming each bad key, what was expected and what to do.
     """
@@ -36,7 +40,22 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     overrides, problems = env_overrides(KnarrConfig, env, data)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
-    return _validate(deep_merge(data, overrides), yaml_path)
+    config = _validate(deep_merge(data, overrides), yaml_path)
+    if plugins and config.sinks.plugin:
+        _check_plugins(config, yaml_path)
+    return config
+
+
+def _check_plugins(config: KnarrConfig, yaml_path: Path | None) -> None:
+    """Plug-in sinks' types and options, checked where the worker runs (the plug-in is installed there,
+    not necessarily where a config is only validated, as in the operator)."""
+    from knarr.sinks.plugins import problems
+
+    found = problems(config.sinks.plugin)
+    if found:
+        where = f" in {str(yaml_path)!r}" if yaml_path else ""
+        lines = [line for problem in found for line in problem.splitlines()]
+        raise ConfigError(f"invalid configuration{where}:\n" + "\n".join(f"  {line}" for line in lines))
 
 
 def config_from_dict(data: Mapping[str, Any]) -> KnarrConfig:

@@ -12,7 +12,7 @@ librdkafka has its own range, the bound is librdkafka's.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -201,7 +201,20 @@ class FileSinkConfig(SinkBase):
     base_path: ConfigPath = Field(..., min_length=1, description="Directory every written path must stay inside (relative: to the config file).")
 
 
-SinkType = Literal["kafka", "postgres", "mongo", "http", "redis", "filesystem"]
+class PluginSinkConfig(SinkBase):
+    """A sink of a type an installed package adds (a ``knarr.sinks`` entry point); see docs/plugins.md."""
+
+    type: str = Field(..., min_length=1, max_length=100, pattern=_IDENT,
+                      description="The plug-in's entry point name in the knarr.sinks group (`knarr check` lists the installed ones).")
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The plug-in's own settings, validated by its config_model when the worker loads the config.",
+        json_schema_extra={"x-schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    )
+
+
+SinkType = Literal["kafka", "postgres", "mongo", "http", "redis", "filesystem", "plugin"]
+SINK_TYPES: tuple[SinkType, ...] = ("kafka", "postgres", "mongo", "http", "redis", "filesystem", "plugin")
 
 
 class SinksConfig(Section):
@@ -213,8 +226,9 @@ class SinksConfig(Section):
     http: dict[str, HttpSinkConfig] = Field(default_factory=dict, description="HTTP endpoints, by sink name.")
     redis: dict[str, RedisSinkConfig] = Field(default_factory=dict, description="Redis servers, by sink name.")
     filesystem: dict[str, FileSinkConfig] = Field(default_factory=dict, description="Directories of JSON Lines files, by sink name.")
+    plugin: dict[str, PluginSinkConfig] = Field(default_factory=dict, description="Sinks of types installed packages add (entry points in the knarr.sinks group), by sink name.")
 
-    @field_validator("kafka", "postgres", "mongo", "http", "redis", "filesystem")
+    @field_validator("kafka", "postgres", "mongo", "http", "redis", "filesystem", "plugin")
     @classmethod
     def _names_are_identifiers(cls, value: dict) -> dict:
         import re
@@ -227,7 +241,7 @@ class SinksConfig(Section):
     def instances(self) -> list[tuple[SinkType, str, SinkBase]]:
         """Every configured sink as (type, name, config), in a stable order."""
         out: list[tuple[SinkType, str, SinkBase]] = []
-        for sink_type in ("kafka", "postgres", "mongo", "http", "redis", "filesystem"):
+        for sink_type in SINK_TYPES:
             for name, cfg in getattr(self, sink_type).items():
                 out.append((sink_type, name, cfg))
         return out

@@ -54,6 +54,10 @@ class KnarrConfig(Section):
     def dlq_topic(self) -> str:
         return self.dlq.topic or f"{self.kafka.source_topic}_dlq"
 
+    @property
+    def dlq_brokers(self) -> str:
+        return self.dlq.brokers or self.kafka.brokers
+
 
 def dump_config(config: KnarrConfig) -> dict[str, Any]:
     """The config as plain data, the shape a YAML file would have."""

@@ -70,7 +70,9 @@ class SinkManager:
         stats: RunStats | None = None,
         on_send_failure: str = "stall",
     ) -> None:
-        self.sinks: dict[tuple[str, str], Sink] = {(s.sink_type, s.name): s for s in sinks}
+        # Keyed by kind: a payload list of CollectResult goes to one kind (every plug-in is of kind "plugin");
+        # metrics and DLQ records name the sink's own type.
+        self.sinks: dict[tuple[str, str], Sink] = {(getattr(s, "kind", s.sink_type), s.name): s for s in sinks}
         self._names: dict[str, list[str]] = {}
         for sink_type, name in self.sinks:
             self._names.setdefault(sink_type, []).append(name)

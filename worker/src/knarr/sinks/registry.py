@@ -37,11 +37,16 @@ def build_sinks(config: KnarrConfig) -> list[Sink]:
     """One sink object per configured instance (nothing connects yet)."""
     sinks: list[Sink] = []
     for sink_type, name, cfg in config.sinks.instances():
+        if sink_type == "plugin":
+            from knarr.sinks import plugins
+
+            sinks.append(plugins.build(name, cfg, config))  # type: ignore[arg-type]
+            continue
         target = BUILTIN.get(sink_type)
         if target is None:
             raise SinkNotSupportedError(
                 f"sinks.{sink_type}.{name}: this knarr version has no {sink_type} sink "
-                f"(it has: {', '.join(sorted(BUILTIN))}); remove it or upgrade knarr"
+                f"(it has: {', '.join(sorted(BUILTIN))}, and plug-ins under sinks.plugin); remove it or upgrade knarr"
             )
         sinks.append(_load(target)(name, cfg, config))
     return sinks
