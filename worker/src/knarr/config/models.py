@@ -197,6 +197,7 @@ class HttpSinkConfig(SinkBase):
 class RedisSinkConfig(SinkBase):
     url: str = Field("redis://localhost:6379/0", min_length=1, description="Redis connection URL.")
     key_prefix: str = Field("", description="Prepended to every key written.")
+    pool_max: int = Field(10, ge=1, le=1_000, description="Most connections at once; more deliveries at a time wait for one.")
     socket_timeout_seconds: float = Field(10, gt=0, le=3_600, description="Longest wait for the server to connect or answer; past it the server counts as unavailable and the delivery waits and retries (at startup: exit code 3).")
 
 

@@ -103,8 +103,10 @@ class PostgresSink:
                 await pool
         except Exception as exc:
             pool.terminate()
+            if isinstance(exc, (ValueError, asyncpg.ClientConfigurationError)):
+                raise SinkConnectError(f"{self}: invalid dsn ({mask_value(str(exc))}); fix sinks.postgres.{self.name}.dsn") from None
             why = f"no answer within {cfg.connect_timeout_seconds:g}s" if isinstance(exc, TimeoutError) else _reason(exc)
-            raise SinkConnectError(f"{self}: cannot connect: {why}; check the dsn and that the server is up") from None
+            raise SinkConnectError(f"{self}: cannot connect: {why.rstrip('.')}; check the dsn and that the server is up") from None
         self.pool = pool
 
     async def deliver(self, payloads: list[Any]) -> None:

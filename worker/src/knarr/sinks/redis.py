@@ -63,9 +63,13 @@ class RedisSink:
         timeout = self.config.socket_timeout_seconds
         try:
             # No retries inside the client: a failed delivery is retried by the sink manager, with backoff,
-            # and says so in readiness, instead of waiting here unseen.
-            self.client = aioredis.Redis.from_url(self.config.url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                                  retry=Retry(NoBackoff(), 0))
+            # and says so in readiness, instead of waiting here unseen. At most pool_max connections: past
+            # them a delivery waits for one (up to the socket timeout), as the PostgreSQL pool does.
+            pool = aioredis.BlockingConnectionPool.from_url(
+                self.config.url, max_connections=self.config.pool_max, timeout=timeout,
+                socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0),
+            )
+            self.client = aioredis.Redis.from_pool(pool)
         except (ValueError, TypeError) as exc:
             raise SinkConnectError(f"{self}: invalid url ({mask_value(str(exc))}); fix sinks.redis.{self.name}.url") from None
         try:
@@ -73,7 +77,7 @@ class RedisSink:
                 await self.client.ping()
         except (rex.RedisError, OSError) as exc:
             why = f"no answer within {timeout:g}s" if isinstance(exc, (TimeoutError, rex.TimeoutError)) else _reason(exc)
-            raise SinkConnectError(f"{self}: cannot connect: {why}; check the url and that the server is up") from None
+            raise SinkConnectError(f"{self}: cannot connect: {why.rstrip('.')}; check the url and that the server is up") from None
 
     async def deliver(self, payloads: list[Any]) -> None:
         if self.client is None:
@@ -90,6 +94,9 @@ class RedisSink:
                 await pipe.execute()
         except (rex.RedisError, OSError) as exc:
             if is_transient(exc):
+                if isinstance(exc, rex.ConnectionError) and str(exc).startswith("No connection available"):
+                    raise TransientSinkError(f"all {self.config.pool_max} connections busy for {self.config.socket_timeout_seconds:g}s "
+                                             "(is the server frozen or overloaded?)") from None
                 raise TransientSinkError(_reason(exc)) from None
             raise PermanentSinkError(_reason(exc)) from None
         finally:
