@@ -6,6 +6,9 @@ arrives while it is away: readiness and knarr_sink_waiting say which sink the wo
 nothing is dead-lettered, nothing is committed past the waiting deliveries. Then the server comes
 back and the worker resumes by itself: every row / key is there and every offset is committed.
 
+Stopping the worker while the server is frozen ends within the drain timeout (plus the bounded
+shutdown steps) and commits nothing unconfirmed; a second worker delivers the rest.
+
 A delivery cut off at its commit may have been applied after all (its answer was lost), so it
 can land twice after the outage: the tables here have no unique key and the checks count the
 distinct ids (the count of duplicates is printed); upserts make such replays harmless.
@@ -24,7 +27,8 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client import REGISTRY
 
-from knarr.engine.worker import Worker
+from knarr.engine.worker import SHUTDOWN_STEP_SECONDS, Worker
+from knarr.errors import ExitCode
 from tests.services.kafka import committed_offsets, consume_all, create_topic, end_offsets, produce_json, unique_name
 from tests.services.postgres import PostgresServer, fresh_table, query
 from tests.services.redis import RedisServer, fresh_prefix, read_keys
@@ -37,6 +41,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 HALF = 150
 STOPPED_SECONDS = 20.0
 FROZEN_SECONDS = 10.0
+DRAIN_TIMEOUT = 3.0
 
 
 @contextmanager
@@ -101,11 +106,13 @@ def source(kafka_bootstrap: str) -> str:
     return topic
 
 
+EXECUTOR = {"retry_backoff_base_seconds": 0.2, "retry_backoff_max_seconds": 1.0, "drain_timeout_seconds": DRAIN_TIMEOUT}
+
+
 def pg_worker(kafka_bootstrap: str, server: PostgresServer, name: str) -> tuple[Worker, Callable[[], list[int]]]:
     table = fresh_table(server.address, "id bigint, body text")
     cfg = kafka_config(
-        kafka_bootstrap, source(kafka_bootstrap),
-        executor={"retry_backoff_base_seconds": 0.2, "retry_backoff_max_seconds": 1.0},
+        kafka_bootstrap, source(kafka_bootstrap), executor=EXECUTOR,
         sinks={"postgres": {name: {"dsn": server.address, "pool_min": 1, "pool_max": 4,
                                    "connect_timeout_seconds": 2, "command_timeout_seconds": 2}}},
     )
@@ -116,8 +123,7 @@ def pg_worker(kafka_bootstrap: str, server: PostgresServer, name: str) -> tuple[
 def redis_worker(kafka_bootstrap: str, server: RedisServer, name: str) -> tuple[Worker, Callable[[], dict]]:
     prefix = fresh_prefix()
     cfg = kafka_config(
-        kafka_bootstrap, source(kafka_bootstrap),
-        executor={"retry_backoff_base_seconds": 0.2, "retry_backoff_max_seconds": 1.0},
+        kafka_bootstrap, source(kafka_bootstrap), executor=EXECUTOR,
         sinks={"redis": {name: {"url": server.address, "key_prefix": prefix, "socket_timeout_seconds": 1}}},
     )
 
@@ -172,3 +178,50 @@ async def test_redis_frozen_for_10s_mid_run_loses_nothing_and_the_worker_resumes
     seen = await ride_out(kafka_bootstrap, worker, private_redis.frozen, FROZEN_SECONDS,
                           lambda: len(keys()), (name, "redis"))
     check_redis(keys(), seen, name, "frozen")
+
+
+async def stop_while_frozen(kafka_bootstrap: str, worker: Worker, server: ScriptedServer, delivered: Callable[[], int]) -> float:
+    """Deliver half, freeze the server, let the other half wait for it, stop the worker; then thaw it and
+    let a second worker in the same group deliver the rest. Returns how long the stop took."""
+    cfg = worker.config
+    topic, group = cfg.kafka.source_topic, cfg.kafka.consumer_group
+    run = asyncio.create_task(worker.run())
+    await wait_until(lambda: worker._ready or run.done(), 30, "the worker to start")
+    produce_json(kafka_bootstrap, topic, [{"id": i} for i in range(HALF)], key_fn=lambda r: str(r["id"]))
+    await wait_until(lambda: delivered() == HALF, 60, "the first half delivered")
+    with server.frozen():
+        produce_json(kafka_bootstrap, topic, [{"id": i} for i in range(HALF, 2 * HALF)], key_fn=lambda r: str(r["id"]))
+        await wait_until(lambda: not worker._readiness()[0], 30, "readiness to report the wait")
+        started = time.monotonic()
+        worker.stop()
+        code = await asyncio.wait_for(run, 60)
+        took = time.monotonic() - started
+        assert code == ExitCode.DRAIN_INCOMPLETE
+        assert committed_offsets(kafka_bootstrap, group, topic) != end_offsets(kafka_bootstrap, topic)
+    second = Worker(cfg, worker.handler)
+    async with running(second):
+        await wait_until(lambda: committed_offsets(kafka_bootstrap, group, topic) == end_offsets(kafka_bootstrap, topic), 120,
+                         "the second worker to commit everything")
+    assert worker.sinks.dead_lettered == 0 and second.sinks.dead_lettered == 0
+    assert consume_all(kafka_bootstrap, cfg.dlq_topic, timeout=3) == []
+    return took
+
+
+async def test_stopping_the_worker_while_postgres_is_frozen_ends_in_time_and_a_restart_delivers_the_rest(
+    kafka_bootstrap, private_postgres
+):
+    worker, ids = pg_worker(kafka_bootstrap, private_postgres, sink_name())
+    took = await stop_while_frozen(kafka_bootstrap, worker, private_postgres, lambda: len(set(ids())))
+    print(f"stop with PostgreSQL frozen: {took:.1f}s (drain timeout {DRAIN_TIMEOUT:g}s)")
+    assert took <= DRAIN_TIMEOUT + 2 * SHUTDOWN_STEP_SECONDS + 2
+    assert sorted(set(ids())) == list(range(2 * HALF))
+
+
+async def test_stopping_the_worker_while_redis_is_frozen_ends_in_time_and_a_restart_delivers_the_rest(
+    kafka_bootstrap, private_redis
+):
+    worker, keys = redis_worker(kafka_bootstrap, private_redis, sink_name())
+    took = await stop_while_frozen(kafka_bootstrap, worker, private_redis, lambda: len(keys()))
+    print(f"stop with Redis frozen: {took:.1f}s (drain timeout {DRAIN_TIMEOUT:g}s)")
+    assert took <= DRAIN_TIMEOUT + 2 * SHUTDOWN_STEP_SECONDS + 2
+    assert sorted(json.loads(value)["id"] for value, _ttl in keys().values()) == list(range(2 * HALF))

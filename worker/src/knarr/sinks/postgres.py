@@ -31,7 +31,7 @@ from knarr.sinks.postgres_batches import Batch, batches, server_reason, transien
 
 log = get_logger(component="sinks")
 
-CLOSE_TIMEOUT = 10.0  # a graceful pool close that takes longer is cut short
+CLOSE_TIMEOUT = 2.0  # a graceful pool close that takes longer is cut short (the worker gives closing 3 s)
 
 
 def _jsonb_out(value: Any) -> bytes:

@@ -25,6 +25,8 @@ from knarr.config.models import RedisSinkConfig
 from knarr.config.root import KnarrConfig
 from knarr.sinks.base import PermanentSinkError, SinkConnectError, TransientSinkError
 
+CLOSE_TIMEOUT = 2.0  # the worker gives closing the sinks 3 s
+
 # Replies that mean "not now" rather than "not this": the same SET goes through later.
 _TRANSIENT_REPLIES = (rex.ReadOnlyError, rex.OutOfMemoryError, rex.TryAgainError, rex.ClusterDownError)
 
@@ -77,7 +79,7 @@ class RedisSink:
                 await self.client.ping()
         except (rex.RedisError, OSError) as exc:
             why = f"no answer within {timeout:g}s" if isinstance(exc, (TimeoutError, rex.TimeoutError)) else _reason(exc)
-            raise SinkConnectError(f"{self}: cannot connect: {why.rstrip('.')}; check the url and that the server is up") from None
+            raise SinkConnectError(f"{self}: cannot connect: {why}; check the url and that the server is up") from None
 
     async def deliver(self, payloads: list[Any]) -> None:
         if self.client is None:
@@ -106,7 +108,7 @@ class RedisSink:
         client, self.client = self.client, None
         if client is not None:
             try:
-                await asyncio.wait_for(client.aclose(), self.config.socket_timeout_seconds)
+                await asyncio.wait_for(client.aclose(), CLOSE_TIMEOUT)
             except (rex.RedisError, OSError):
                 pass  # closing a connection to a server that is gone: nothing left to release
 
@@ -114,4 +116,4 @@ class RedisSink:
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, (TimeoutError, rex.TimeoutError)):
         return "no answer in time (is the server frozen or overloaded?)"
-    return mask_value(f"{type(exc).__name__}: {exc}")
+    return mask_value(f"{type(exc).__name__}: {str(exc).rstrip('.')}")
