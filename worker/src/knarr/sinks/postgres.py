@@ -115,7 +115,7 @@ class PostgresSink:
         planned = batches(payloads)  # refuses bad names and data before anything is sent
         if not planned:
             return
-        current: list[Batch] = []
+        current: list[Batch] = []  # the batch being written, for the error (deliveries run concurrently)
         try:
             await self._write(planned, current)
         except (TransientSinkError, PermanentSinkError):
