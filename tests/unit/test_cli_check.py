@@ -61,12 +61,21 @@ def test_masking_hides_passwords_inside_connection_strings_and_auth_headers():
                             "headers": {"Authorization": "***", "Accept": "application/json"}, "port": 5432}
 
 
-def test_check_reports_a_sink_type_this_version_lacks_without_printing_its_credentials(tmp_path):
+def test_check_reports_a_bad_postgres_sink_setting_without_printing_its_credentials(tmp_path):
+    config = tmp_path / "knarr.yaml"
+    config.write_text("sinks: {postgres: {db: {dsn: 'postgresql://app:pg-pass@db/app', command_timeout_seconds: 0}}}\n")
+    proc = knarr("check", "--config", str(config), "--handler", f"{QUICKSTART / 'handler.py'}:WordCounter")
+    assert proc.returncode == ExitCode.USAGE
+    assert "sinks.postgres.db.command_timeout_seconds: Input should be greater than 0" in proc.stderr
+    assert "pg-pass" not in proc.stderr + proc.stdout
+
+
+def test_check_shows_a_postgres_sink_with_its_password_masked(tmp_path):
     config = tmp_path / "knarr.yaml"
     config.write_text("sinks: {postgres: {db: {dsn: 'postgresql://app:pg-pass@db/app'}}}\n")
     proc = knarr("check", "--config", str(config), "--handler", f"{QUICKSTART / 'handler.py'}:WordCounter")
-    assert proc.returncode == ExitCode.USAGE
-    assert "sinks.postgres.db: this knarr version has no postgres sink" in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert "postgresql://app:***@db/app" in proc.stdout
     assert "pg-pass" not in proc.stderr + proc.stdout
 
 

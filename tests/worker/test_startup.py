@@ -40,10 +40,30 @@ def test_an_unwritable_filesystem_sink_stops_startup_naming_its_base_path(tmp_pa
     assert f"filesystem sink 'out': base_path '{blocker}/sub' is not writable" in proc.stderr
 
 
-def test_a_sink_type_this_version_lacks_is_named_at_startup(tmp_path):
-    proc = run_worker(tmp_path, "sinks: {redis: {cache: {url: 'redis://127.0.0.1:1/0'}}}\nmetrics: {enabled: false}\n")
-    assert proc.returncode == 2
-    assert "sinks.redis.cache: the redis sink is not available in this knarr version" in proc.stderr
+def dead_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_postgres_sink_stops_startup_with_exit_code_3_naming_it_without_its_password(tmp_path):
+    port = dead_port()
+    proc = run_worker(tmp_path, f"sinks: {{postgres: {{main: {{dsn: 'postgresql://app:hunter2@127.0.0.1:{port}/app', "
+                                "connect_timeout_seconds: 5}}}\nmetrics: {enabled: false}\n")
+    assert proc.returncode == ExitCode.UNAVAILABLE
+    assert f"postgres sink 'main' (postgresql://app:***@127.0.0.1:{port}/app): cannot connect: ConnectionRefusedError" in proc.stderr
+    assert "check the dsn and that the server is up" in proc.stderr
+    assert "hunter2" not in proc.stderr + proc.stdout
+
+
+def test_an_unreachable_redis_sink_stops_startup_with_exit_code_3_naming_it_without_its_password(tmp_path):
+    port = dead_port()
+    proc = run_worker(tmp_path, f"sinks: {{redis: {{cache: {{url: 'redis://:hunter2@127.0.0.1:{port}/0', "
+                                "socket_timeout_seconds: 5}}}\nmetrics: {enabled: false}\n")
+    assert proc.returncode == ExitCode.UNAVAILABLE
+    assert f"redis sink 'cache' (redis://:***@127.0.0.1:{port}/0): cannot connect: ConnectionError: Error 111" in proc.stderr
+    assert "hunter2" not in proc.stderr + proc.stdout
 
 
 def test_an_unreachable_broker_is_one_line_naming_it_and_the_last_error_then_exit_3_in_time(tmp_path):

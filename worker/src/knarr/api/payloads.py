@@ -43,6 +43,11 @@ class FilePayload(_Payload):
 
 class PostgresPayload(_Payload):
     table: str
+    on_conflict: list[str] = Field(
+        default_factory=list,
+        description="Columns of a unique key, for an upsert: a row whose key exists updates that row's other "
+        "columns instead of failing (when every column is a key column, the new row is dropped). Empty: plain insert.",
+    )
 
 
 class MongoPayload(_Payload):

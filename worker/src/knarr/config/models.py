@@ -171,6 +171,8 @@ class PostgresSinkConfig(SinkBase):
     dsn: str = Field(..., min_length=1, description="PostgreSQL connection string (keep credentials in a Secret / env override).")
     pool_min: int = Field(2, ge=1, le=1_000, description="Connections kept open.")
     pool_max: int = Field(10, ge=1, le=1_000, description="Most connections at once.")
+    connect_timeout_seconds: float = Field(10, gt=0, le=600, description="Longest wait for a new connection; at startup, an unreachable server fails the worker (exit code 3) after it.")
+    command_timeout_seconds: float = Field(30, gt=0, le=3_600, description="Longest wait for one delivery's statements; past it the server counts as unavailable and the delivery waits and retries.")
 
     @model_validator(mode="after")
     def _pool_in_order(self) -> PostgresSinkConfig:
@@ -195,6 +197,8 @@ class HttpSinkConfig(SinkBase):
 class RedisSinkConfig(SinkBase):
     url: str = Field("redis://localhost:6379/0", min_length=1, description="Redis connection URL.")
     key_prefix: str = Field("", description="Prepended to every key written.")
+    pool_max: int = Field(10, ge=1, le=1_000, description="Most connections at once; more deliveries at a time wait for one.")
+    socket_timeout_seconds: float = Field(10, gt=0, le=3_600, description="Longest wait for the server to connect or answer; past it the server counts as unavailable and the delivery waits and retries (at startup: exit code 3).")
 
 
 class FileSinkConfig(SinkBase):

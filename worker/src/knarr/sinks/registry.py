@@ -18,6 +18,8 @@ from knarr.sinks.base import Sink
 BUILTIN: dict[str, str] = {
     "kafka": "knarr.sinks.kafka:KafkaSink.from_config",
     "filesystem": "knarr.sinks.filesystem:FileSink.from_config",
+    "postgres": "knarr.sinks.postgres:PostgresSink.from_config",
+    "redis": "knarr.sinks.redis:RedisSink.from_config",
 }
 
 
