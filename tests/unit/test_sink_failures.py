@@ -88,3 +88,23 @@ async def test_a_refused_batch_asks_the_handler_and_is_dead_lettered_with_the_re
     [record] = [json.loads(line) for line in (tmp_path / "dlq.jsonl").read_text().splitlines()]
     assert record["error"] == 'PermanentSinkError: column "colour" of relation "results" does not exist'
     assert manager.dead_lettered == 2
+
+
+async def test_many_deliveries_waiting_for_one_sink_log_one_outage_and_leave_no_trace_when_cancelled(capsys):
+    from knarr.observability import metrics
+
+    sink = FlakySink(10_000, TransientSinkError("connection refused"))
+    manager = SinkManager([sink], None, Asking(DeliveryAction.DLQ), backoff_base=0.01, backoff_max=0.02)
+    waiting = [asyncio.create_task(manager.deliver(_outputs(1), Origin(partition=p % 3))) for p in range(12)]
+    while sink.calls < 60:
+        await asyncio.sleep(0.01)
+    assert sorted(manager.stalled) == [0, 1, 2]
+    assert metrics.sink_waiting.labels("out", "filesystem")._value.get() == 12
+
+    for task in waiting:
+        task.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+
+    assert manager.stalled == {}
+    assert metrics.sink_waiting.labels("out", "filesystem")._value.get() == 0
+    assert capsys.readouterr().out.count("sink unavailable") == 1

@@ -39,6 +39,7 @@ log = get_logger(component="sinks")
 
 DLQ_SEND_ATTEMPTS = 5  # before dlq.on_send_failure applies
 DLQ_STALL_MAX_DELAY = 30.0
+OUTAGE_REMINDER_SECONDS = 30.0
 
 
 class DeliveryFailedError(FatalError):
@@ -56,6 +57,15 @@ class Origin:
     @classmethod
     def of(cls, partition: int | None, messages: list[SourceMessage]) -> Origin:
         return cls(partition, tuple(m.offset for m in messages), tuple(m.key for m in messages))
+
+
+@dataclass(slots=True)
+class _Outage:
+    """A sink that deliveries are waiting for."""
+
+    since: float
+    reminded: float
+    deliveries: int = 1
 
 
 class SinkManager:
@@ -87,6 +97,8 @@ class SinkManager:
         self.on_send_failure = on_send_failure
         self.dlq_stalled: dict[int | None, str] = {}  # partitions waiting for the DLQ to accept a record
         self.waiting: dict[int | None, str] = {}  # partitions waiting for a sink that is down to come back
+        self._waiters: dict[int | None, int] = {}  # deliveries waiting, per partition
+        self._outages: dict[tuple[str, str], _Outage] = {}  # sinks some delivery is waiting for
 
     @property
     def stalled(self) -> dict[int | None, str]:
@@ -148,67 +160,89 @@ class SinkManager:
         labels = (sink.name, sink.sink_type)
         attempt = 1
         outage = 0  # transient failures in a row
-        while True:
-            started = time.monotonic()
-            try:
-                await sink.deliver(payloads)
-            except TransientSinkError as exc:
-                outage += 1
-                await self._wait_for(sink, exc, outage, origin.partition)
-                continue
-            except Exception as exc:
-                metrics.sink_errors.labels(*labels).inc()
-                error = DeliveryError(
-                    sink_name=sink.name, sink_type=sink.sink_type, error=f"{type(exc).__name__}: {exc}",
-                    payloads=payloads, attempt=attempt, partition=origin.partition,
-                    offsets=list(origin.offsets), keys=list(origin.keys),
-                )
-                action = await self._ask_handler(error)
-                if action is DeliveryAction.RETRY and attempt <= self.max_retries:
-                    metrics.sink_retries.labels(*labels).inc()
-                    log.warning("sink delivery failed; retrying", sink=sink.name, attempt=attempt, error=error.error)
-                    await asyncio.sleep(retry_delay(attempt, self.backoff_base, self.backoff_max))
-                    attempt += 1
+        try:
+            while True:
+                started = time.monotonic()
+                try:
+                    await sink.deliver(payloads)
+                except TransientSinkError as exc:
+                    outage += 1
+                    await self._wait_for(sink, exc, outage, origin.partition)
                     continue
-                if action is DeliveryAction.SKIP:
-                    metrics.sink_skipped.labels(*labels).inc()
-                    log.warning("sink delivery failed; payloads skipped", sink=sink.name, count=len(payloads), error=error.error)
+                except Exception as exc:
+                    metrics.sink_errors.labels(*labels).inc()
+                    error = DeliveryError(
+                        sink_name=sink.name, sink_type=sink.sink_type, error=f"{type(exc).__name__}: {exc}",
+                        payloads=payloads, attempt=attempt, partition=origin.partition,
+                        offsets=list(origin.offsets), keys=list(origin.keys),
+                    )
+                    action = await self._ask_handler(error)
+                    if action is DeliveryAction.RETRY and attempt <= self.max_retries:
+                        metrics.sink_retries.labels(*labels).inc()
+                        log.warning("sink delivery failed; retrying", sink=sink.name, attempt=attempt, error=error.error)
+                        await asyncio.sleep(retry_delay(attempt, self.backoff_base, self.backoff_max))
+                        attempt += 1
+                        continue
+                    if action is DeliveryAction.SKIP:
+                        metrics.sink_skipped.labels(*labels).inc()
+                        log.warning("sink delivery failed; payloads skipped", sink=sink.name, count=len(payloads), error=error.error)
+                        return
+                    if action is DeliveryAction.RETRY:
+                        log.warning("sink delivery retries exhausted; dead-lettering", sink=sink.name, attempts=attempt)
+                    await self.dead_letter(error)
                     return
-                if action is DeliveryAction.RETRY:
-                    log.warning("sink delivery retries exhausted; dead-lettering", sink=sink.name, attempts=attempt)
-                await self.dead_letter(error)
+                metrics.labelled(metrics.sink_deliveries, *labels).inc()
+                metrics.labelled(metrics.sink_payloads, *labels).inc(len(payloads))
+                metrics.labelled(metrics.sink_duration, *labels).observe(time.monotonic() - started)
                 return
-            if outage:
-                self._back(sink, outage, origin.partition)
-            metrics.labelled(metrics.sink_deliveries, *labels).inc()
-            metrics.labelled(metrics.sink_payloads, *labels).inc(len(payloads))
-            metrics.labelled(metrics.sink_duration, *labels).observe(time.monotonic() - started)
-            return
+        finally:
+            if outage:  # this delivery waited for its sink
+                self._settled_wait(sink, origin.partition)
 
     async def _wait_for(self, sink: Sink, exc: TransientSinkError, outage: int, partition: int | None) -> None:
-        """A sink that is down: wait (backoff, or the server's Retry-After) before trying the same batch again."""
+        """A sink that is down: wait (backoff, or the server's Retry-After) before trying the same batch again.
+
+        One warning when a sink's first delivery starts waiting and one line when its last one is
+        through, however many deliveries wait meanwhile; a reminder at most every OUTAGE_REMINDER_SECONDS."""
+        key = (sink.sink_type, sink.name)
         labels = (sink.name, sink.sink_type)
         metrics.labelled(metrics.sink_transient_errors, *labels).inc()
-        reason = f"{sink.sink_type} sink {sink.name!r} is unavailable: {exc}"
+        now = time.monotonic()
         if outage == 1:
             metrics.labelled(metrics.sink_waiting, *labels).inc()
-            log.warning("sink unavailable; the delivery waits and retries (nothing is dead-lettered for an outage)",
-                        sink=sink.name, type=sink.sink_type, partition=partition, error=str(exc))
-        elif outage % 10 == 0:
-            log.warning("sink still unavailable; retrying", sink=sink.name, type=sink.sink_type,
-                        partition=partition, attempts=outage, error=str(exc))
-        self.waiting[partition] = reason
+            self._waiters[partition] = self._waiters.get(partition, 0) + 1
+            outage_state = self._outages.get(key)
+            if outage_state is None:
+                self._outages[key] = _Outage(since=now, reminded=now)
+                log.warning("sink unavailable; deliveries wait and retry (nothing is dead-lettered for an outage)",
+                            sink=sink.name, type=sink.sink_type, partition=partition, error=str(exc))
+            else:
+                outage_state.deliveries += 1
+        state = self._outages[key]
+        if now - state.reminded >= OUTAGE_REMINDER_SECONDS:
+            state.reminded = now
+            log.warning("sink still unavailable; deliveries keep waiting", sink=sink.name, type=sink.sink_type,
+                        waiting_deliveries=state.deliveries, seconds=round(now - state.since), error=str(exc))
+        self.waiting[partition] = f"{sink.sink_type} sink {sink.name!r} is unavailable: {exc}"
         delay = retry_delay(min(outage, 30), self.backoff_base, self.backoff_max)
         if exc.retry_after is not None:
             delay = min(max(exc.retry_after, delay), self.backoff_max)
         await asyncio.sleep(delay)
 
-    def _back(self, sink: Sink, outage: int, partition: int | None) -> None:
+    def _settled_wait(self, sink: Sink, partition: int | None) -> None:
+        """A delivery that waited for its sink is over (delivered, refused or cancelled)."""
+        key = (sink.sink_type, sink.name)
+        state = self._outages[key]
         metrics.labelled(metrics.sink_waiting, sink.name, sink.sink_type).dec()
-        if self.waiting.get(partition, "").startswith(f"{sink.sink_type} sink {sink.name!r} "):
-            del self.waiting[partition]
-        log.info("sink available again; delivery resumed", sink=sink.name, type=sink.sink_type, partition=partition,
-                 failed_attempts=outage)
+        self._waiters[partition] -= 1
+        if self._waiters[partition] == 0:
+            del self._waiters[partition]
+            self.waiting.pop(partition, None)
+        state.deliveries -= 1
+        if state.deliveries == 0:
+            del self._outages[key]
+            log.info("sink available again; deliveries resumed", sink=sink.name, type=sink.sink_type,
+                     seconds=round(time.monotonic() - state.since, 1))
 
     async def _ask_handler(self, error: DeliveryError) -> DeliveryAction:
         called = await call_hook("on_delivery_error", self.handler.on_delivery_error, error, log=log,
