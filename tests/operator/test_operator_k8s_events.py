@@ -96,11 +96,11 @@ def test_scaling_by_lag_records_a_scaled_event_naming_the_new_replica_count(api,
     assert event["message"] == "scaled from 1 to 3 workers (lag 800, 4 partitions)"
 
 
-def test_a_config_the_worker_rejects_records_a_warning_event_with_reason_invalid_config(api, operator, ns, kafka_bootstrap, topic):
+def test_a_config_the_worker_rejects_records_a_warning_event_with_reason_config_rejected(api, operator, ns, kafka_bootstrap, topic):
     spec = spec_for(kafka_bootstrap, topic)
     spec["kafka"].update(heartbeatIntervalMs=50_000, sessionTimeoutMs=45_000)
     create_pipeline(api, ns, "search", spec)
 
-    (event,) = wait_for_events(api, ns, "search", lambda e: e["reason"] == "InvalidConfig", 30, "an InvalidConfig event")
+    (event,) = wait_for_events(api, ns, "search", lambda e: e["reason"] == "ConfigRejected", 30, "a ConfigRejected event")
     assert event["type"] == "Warning"
     assert "heartbeat_interval_ms" in event["message"]
