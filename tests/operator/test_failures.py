@@ -63,3 +63,19 @@ def test_a_clean_exit_and_other_containers_are_not_failures():
     clean = crash_looping("", exit_code=0)
     sidecar = crash_looping("Fatal: not ours") | {"name": "sidecar"}
     assert worker_failure([pod(clean, sidecar)]) is None
+
+
+def test_every_reason_a_pipeline_can_show_is_in_the_readmes_troubleshooting_table():
+    from pathlib import Path
+
+    from knarr.observability.termination import Reason
+
+    from knarr_operator import failures
+
+    readme = (Path(__file__).resolve().parents[2] / "operator" / "README.md").read_text()
+    table = readme.split("## Troubleshooting", 1)[1].split("\n## ", 1)[0]
+    reasons = {str(r) for r in Reason} | set(failures.STARTUP_FAILURES) | {
+        failures.CRASH_LOOP, failures.EXITED, "OOMKilled", "KafkaUnreachable", "WorkersNotReady", "Suspended",
+        "RolledBack", "ReadyDeadlineExceeded", "ConfigRejected"}
+    missing = sorted(r for r in reasons if f"`{r}`" not in table)
+    assert missing == []
