@@ -139,10 +139,9 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
         api.apply(last_ready_config_map(ref, workload(body["spec"]), plan.state.last_ready["generation"], key))
         kopf.info(body, reason="RolledOut", message=f"generation {plan.state.last_ready['generation']}: every worker is ready; "
                                                   f"it is now the spec a failed rollout goes back to")
-    run = _what_to_run(api, ref, body, plan, (spec, config, key))
+    spec_run, config_run, key_run = _what_to_run(api, ref, body, plan, (spec, config, key))
     if plan.rolled_back_now:
         kopf.warn(body, reason="RolledBack", message=rolled_back_message(plan.state.rolled_back or {}))
-    spec_run, config_run, key_run = run
 
     current = (existing or {}).get("spec", {}).get("replicas")
     replicas = plan_replicas(spec.scaling, suspend=spec.suspend, current=current, remembered=_remembered(existing))
