@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -92,6 +94,26 @@ def running_operator(kubeconfig: str, namespace_pattern: str) -> Iterator[Any]:
     (repo_root() / ".cache" / "operator-test.log").write_text(runner.output)
     assert runner.exit_code == 0, runner.output
     assert runner.exception is None, runner.output
+
+
+@contextlib.contextmanager
+def operator_process(kubeconfig: str, namespace_pattern: str, log: Path, resync_seconds: float = 1) -> Iterator[subprocess.Popen]:
+    """The operator as users run it: its own process (``knarr-operator``), resyncing every ``resync_seconds``."""
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "KNARR_OPERATOR_RESYNC_SECONDS": str(resync_seconds)}
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "knarr_operator", "--namespace", namespace_pattern],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.returncode not in (0, -15):
+            print(log.read_text()[-4000:])
 
 
 def get(api: DynamicClient, api_version: str, kind: str, ns: str, name: str) -> dict[str, Any] | None:

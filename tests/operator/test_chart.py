@@ -50,6 +50,7 @@ def test_rbac_grants_only_what_the_operator_uses():
     assert "delete" not in granted[("apps", "deployments")]  # children go by garbage collection
     assert granted[("", "events")] == {"create"}
     assert granted[("", "secrets")] == {"get"}  # to hash the referenced ones; never listed or watched
+    assert granted[("", "pods")] == {"list"}  # the workers' termination messages, by label selector
 
 
 def test_access_to_secrets_can_be_left_out():

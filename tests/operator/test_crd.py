@@ -60,9 +60,9 @@ def test_the_local_source_is_not_offered_on_kubernetes():
     assert "source" not in _spec_props()
 
 
-def test_printer_columns_show_ready_replicas_lag_and_age():
+def test_printer_columns_show_ready_and_why_not_replicas_lag_and_age():
     columns = [c["name"] for c in pipeline_crd()["spec"]["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Ready", "Replicas", "Lag", "Age"]
+    assert columns == ["Ready", "Reason", "Replicas", "Lag", "Age"]
 
 
 def test_the_example_pipeline_is_a_valid_spec_for_the_operator_and_the_worker():

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from knarr_operator.manifests import PipelineRef, render_children
-from knarr_operator.manifests.meta import CONFIG_HASH_ANNOTATION, SECRETS_HASH_ANNOTATION, SPEC_HASH_ANNOTATION
+from knarr_operator.manifests.autoscaling import PAUSED_REPLICAS_ANNOTATION
+from knarr_operator.manifests.meta import (
+    CONFIG_HASH_ANNOTATION,
+    RESTART_NONCE_ANNOTATION,
+    RESUME_REPLICAS_ANNOTATION,
+    SECRETS_HASH_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+    WORKLOAD_HASH_ANNOTATION,
+)
 from knarr_operator.spec import split_spec
 from knarr_operator.worker_config import render_worker_config
 
@@ -70,7 +78,47 @@ def test_workers_run_as_non_root_on_a_read_only_root_filesystem_with_a_writable_
 def test_credentials_reach_the_worker_as_secret_env_and_user_env_follows(sample_spec):
     env = by_kind(render(sample_spec))["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]
     names = [e["name"] for e in env]
-    assert names == ["WORKER_ID", "KNARR_SINKS__POSTGRES__main__DSN", "LOG_EXTRA"]
+    assert names == ["KNARR_TERMINATION_LOG", "WORKER_ID", "KNARR_SINKS__POSTGRES__main__DSN", "LOG_EXTRA"]
+
+
+def test_the_worker_leaves_its_failure_reason_where_the_kubelet_reads_it(sample_spec):
+    container = by_kind(render(sample_spec))["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert {"name": "KNARR_TERMINATION_LOG", "value": "/dev/termination-log"} in container["env"]
+
+
+def test_a_restart_nonce_goes_on_the_pod_template_so_a_new_one_rolls_the_workers(sample_spec):
+    assert RESTART_NONCE_ANNOTATION not in by_kind(render(sample_spec))["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    sample_spec["restartNonce"] = "2026-11-23T12:00"
+    template = by_kind(render(sample_spec))["Deployment"]["spec"]["template"]
+    assert template["metadata"]["annotations"][RESTART_NONCE_ANNOTATION] == "2026-11-23T12:00"
+
+
+def test_a_suspended_pipeline_has_zero_workers_and_remembers_how_many_to_resume_with(sample_spec):
+    sample_spec["suspend"] = True
+    operator, worker = split_spec(sample_spec)
+    deployment = by_kind(render_children(PIPELINE, operator, render_worker_config(worker), 0, resume_replicas=3))["Deployment"]
+    assert deployment["spec"]["replicas"] == 0
+    assert deployment["metadata"]["annotations"][RESUME_REPLICAS_ANNOTATION] == "3"
+
+
+def test_a_suspended_keda_pipeline_pauses_its_scaled_object_at_zero(sample_spec):
+    sample_spec["scaling"]["engine"] = "keda"
+    sample_spec["suspend"] = True
+    kinds = by_kind(render(sample_spec))
+    assert kinds["ScaledObject"]["metadata"]["annotations"][PAUSED_REPLICAS_ANNOTATION] == "0"
+    assert kinds["Deployment"]["spec"]["replicas"] == 0
+    sample_spec["suspend"] = False
+    kinds = by_kind(render(sample_spec))
+    assert PAUSED_REPLICAS_ANNOTATION not in kinds["ScaledObject"]["metadata"]["annotations"]
+    assert "replicas" not in kinds["Deployment"]["spec"]
+
+
+def test_the_deployment_says_which_workload_it_runs(sample_spec):
+    operator, worker = split_spec(sample_spec)
+    deployment = by_kind(render_children(PIPELINE, operator, render_worker_config(worker), 1, workload_hash="abc123"))["Deployment"]
+    assert deployment["metadata"]["annotations"][WORKLOAD_HASH_ANNOTATION] == "abc123"
 
 
 def test_the_digest_of_the_referenced_secrets_goes_on_the_pod_template(sample_spec):

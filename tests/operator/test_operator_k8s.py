@@ -49,6 +49,9 @@ def operator(api, kubeconfig):
 
 def spec_for(kafka_bootstrap: str, topic: str, **scaling: Any) -> dict[str, Any]:
     spec = copy.deepcopy(SAMPLE_SPEC)
+    # The operator refuses what the worker would (a sink type it cannot build included): keep to the
+    # Kafka and filesystem sinks every worker version has; the database sink is for the rendering tests.
+    del spec["sinks"]["postgres"]
     spec["kafka"] = {"brokers": kafka_bootstrap, "sourceTopic": topic, "consumerGroup": f"{topic}-group"}
     spec["scaling"].update(scaling)
     return spec
@@ -141,18 +144,19 @@ def secrets_hash(deployment: dict[str, Any] | None) -> str | None:
 
 def test_a_changed_secret_rolls_the_pods_and_no_credential_reaches_the_configmap(api, operator, ns, kafka_bootstrap, topic):
     secrets = api.resources.get(api_version="v1", kind="Secret")
-    secrets.create(namespace=ns, body={"metadata": {"name": "pg"}, "stringData": {"dsn": "postgresql://app:pg-password@db/x"}})
+    secrets.create(namespace=ns, body={"metadata": {"name": "sink-auth"}, "stringData": {"password": "sink-password"}})
     secrets.create(namespace=ns, body={"metadata": {"name": "kafka-auth"}, "stringData": {"password": "first-password"}})
     spec = spec_for(kafka_bootstrap, topic)
     spec["kafka"]["extra"] = {"sasl.password": {"valueFrom": {"secretKeyRef": {"name": "kafka-auth", "key": "password"}}}}
+    spec["sinks"]["kafka"]["results"]["extra"] = {"sasl.password": {"valueFrom": {"secretKeyRef": {"name": "sink-auth", "key": "password"}}}}
     create_pipeline(api, ns, "search", spec)
     first = wait_for(lambda: (d := get(api, "apps/v1", "Deployment", ns, "search")) and secrets_hash(d) and d, 60, "a Deployment with a secrets hash")
     (container,) = first["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("valueFrom") for e in container["env"]}
     assert env["KNARR_KAFKA__EXTRA__sasl.password"] == {"secretKeyRef": {"name": "kafka-auth", "key": "password"}}
-    assert env["KNARR_SINKS__POSTGRES__main__DSN"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
+    assert env["KNARR_SINKS__KAFKA__results__EXTRA__sasl.password"] == {"secretKeyRef": {"name": "sink-auth", "key": "password"}}
     config = get(api, "v1", "ConfigMap", ns, "search-config")["data"]["config.yaml"]
-    assert "password" not in config and "dsn" not in config
+    assert "password" not in config
 
     secrets.patch(name="kafka-auth", namespace=ns, body={"stringData": {"password": "second-password"}},
                   content_type="application/merge-patch+json")
@@ -164,22 +168,22 @@ def test_a_changed_secret_rolls_the_pods_and_no_credential_reaches_the_configmap
     assert "second-password" not in json.dumps(rolled) and "first-password" not in json.dumps(rolled)
 
 
-def test_a_secret_written_inline_becomes_an_invalid_config_condition_without_its_value(api, operator, ns, kafka_bootstrap, topic):
+def test_a_secret_written_inline_becomes_a_config_rejected_condition_without_its_value(api, operator, ns, kafka_bootstrap, topic):
     spec = spec_for(kafka_bootstrap, topic)
     spec["kafka"]["extra"] = {"sasl.password": "inline-password"}
     create_pipeline(api, ns, "search", spec)
-    body = wait_for(lambda: (b := pipeline(api, ns, "search")) and condition(b, "Ready").get("reason") == "InvalidConfig" and b, 30, "InvalidConfig")
+    body = wait_for(lambda: (b := pipeline(api, ns, "search")) and condition(b, "Ready").get("reason") == "ConfigRejected" and b, 30, "ConfigRejected")
     message = condition(body, "Ready")["message"]
     assert "kafka.extra.sasl.password" in message and "put it in a Secret" in message
     assert "inline-password" not in message
     assert get(api, "v1", "ConfigMap", ns, "search-config") is None
 
 
-def test_a_config_the_worker_rejects_becomes_an_invalid_config_condition(api, operator, ns, kafka_bootstrap, topic):
+def test_a_config_the_worker_rejects_becomes_a_config_rejected_condition(api, operator, ns, kafka_bootstrap, topic):
     spec = spec_for(kafka_bootstrap, topic)
     spec["kafka"].update(heartbeatIntervalMs=50_000, sessionTimeoutMs=45_000)
     create_pipeline(api, ns, "search", spec)
-    body = wait_for(lambda: (b := pipeline(api, ns, "search")) and condition(b, "Ready").get("reason") == "InvalidConfig" and b, 30, "InvalidConfig")
+    body = wait_for(lambda: (b := pipeline(api, ns, "search")) and condition(b, "Ready").get("reason") == "ConfigRejected" and b, 30, "ConfigRejected")
     assert "heartbeat_interval_ms" in condition(body, "Ready")["message"]
     assert get(api, "apps/v1", "Deployment", ns, "search") is None
 

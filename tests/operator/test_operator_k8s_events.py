@@ -6,16 +6,13 @@ the events are read back as `v1 Event` objects whose involvedObject is the Pipel
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from tests.operator.cluster_helpers import create_pipeline, dynamic, install_crds, wait_for
+from tests.operator.cluster_helpers import create_pipeline, dynamic, install_crds, operator_process, wait_for
 from tests.operator.test_operator_k8s import commit, spec_for
 from tests.services.kafka import produce_json
 
@@ -34,22 +31,8 @@ def api(kubeconfig):
 @pytest.fixture(scope="module")
 def operator(api, kubeconfig, tmp_path_factory):
     """The operator as users run it: its own process (``knarr-operator``), not kopf's in-process runner."""
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    env = {**os.environ, "KUBECONFIG": kubeconfig, "KNARR_OPERATOR_RESYNC_SECONDS": "1"}
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "knarr_operator", "--namespace", f"{OPERATED}*"],
-                                env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
+    with operator_process(kubeconfig, f"{OPERATED}*", tmp_path_factory.mktemp("operator") / "operator.log") as proc:
         yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.returncode not in (0, -15):
-            print(log.read_text()[-4000:])
 
 
 def pipeline_events(api, ns: str, name: str) -> list[dict[str, Any]]:
@@ -96,11 +79,11 @@ def test_scaling_by_lag_records_a_scaled_event_naming_the_new_replica_count(api,
     assert event["message"] == "scaled from 1 to 3 workers (lag 800, 4 partitions)"
 
 
-def test_a_config_the_worker_rejects_records_a_warning_event_with_reason_invalid_config(api, operator, ns, kafka_bootstrap, topic):
+def test_a_config_the_worker_rejects_records_a_warning_event_with_reason_config_rejected(api, operator, ns, kafka_bootstrap, topic):
     spec = spec_for(kafka_bootstrap, topic)
     spec["kafka"].update(heartbeatIntervalMs=50_000, sessionTimeoutMs=45_000)
     create_pipeline(api, ns, "search", spec)
 
-    (event,) = wait_for_events(api, ns, "search", lambda e: e["reason"] == "InvalidConfig", 30, "an InvalidConfig event")
+    (event,) = wait_for_events(api, ns, "search", lambda e: e["reason"] == "ConfigRejected", 30, "a ConfigRejected event")
     assert event["type"] == "Warning"
     assert "heartbeat_interval_ms" in event["message"]

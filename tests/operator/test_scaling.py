@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from knarr_operator.scaling import decide
+from knarr_operator.scaling import clamp_for_spec, decide, plan_replicas
 from knarr_operator.spec import Scaling
 
 
@@ -79,3 +79,19 @@ def test_a_lag_burst_resets_the_scale_down_clock():
     calm = decide(policy, current=5, lag=0, partitions=10, now=70, low_lag_since=burst.low_lag_since)
     assert (waiting.replicas, burst.replicas, calm.replicas) == (5, 5, 5)
     assert calm.low_lag_since == 70
+
+
+@given(policies(), st.integers(0, 40))
+def test_suspending_holds_zero_and_resuming_restores_the_count_from_before(scaling, current):
+    suspended = plan_replicas(scaling, suspend=True, current=current, remembered=None)
+    assert suspended.replicas == 0
+    again = plan_replicas(scaling, suspend=True, current=0, remembered=suspended.resume_replicas)
+    assert again == suspended  # remembered once, not overwritten by the zero it set
+    resumed = plan_replicas(scaling, suspend=False, current=0, remembered=again.resume_replicas)
+    expected = clamp_for_spec(scaling, current if current else None)
+    assert (resumed.replicas, resumed.resumed_to, resumed.resume_replicas) == (expected, expected, None)
+
+
+def test_without_suspend_the_count_is_the_scalers_within_the_range():
+    plan = plan_replicas(Scaling(min_replicas=1, max_replicas=5), suspend=False, current=7, remembered=None)
+    assert (plan.replicas, plan.resume_replicas, plan.resumed_to) == (5, None, None)

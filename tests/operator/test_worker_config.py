@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 from knarr.config import load_config
+from knarr.sinks import registry
 
 from knarr_operator.spec import split_spec
+from knarr_operator.preflight import preflight
 from knarr_operator.worker_config import InvalidConfig, render_worker_config
 
 
@@ -77,3 +79,49 @@ def test_disabled_metrics_are_rejected_because_the_probes_need_them(sample_spec)
     _, worker = split_spec(sample_spec)
     with pytest.raises(InvalidConfig, match="metrics.enabled"):
         render_worker_config(worker)
+
+
+def checked(spec):
+    operator, worker = split_spec(spec)
+    config = render_worker_config(worker, operator.env)
+    preflight(config)
+    return config
+
+
+def test_a_sink_type_the_workers_registry_lacks_is_refused_before_rollout(sample_spec, monkeypatch):
+    # A worker version without filesystem sinks: the operator asks the worker's own registry.
+    monkeypatch.delitem(registry.BUILTIN, "filesystem")
+    sample_spec["sinks"] = {"filesystem": sample_spec["sinks"]["filesystem"]}
+    with pytest.raises(InvalidConfig, match=r"sinks\.filesystem\.logs: this knarr version has no filesystem sink \(it has: kafka\)"):
+        checked(sample_spec)
+
+
+def test_consumer_settings_librdkafka_refuses_are_refused_before_rollout(sample_spec):
+    del sample_spec["sinks"]["postgres"]
+    sample_spec["kafka"]["extra"] = {"fetch.max.bytes": "lots"}
+    with pytest.raises(InvalidConfig, match=r"kafka\.extra\.fetch\.max\.bytes: the Kafka client \(librdkafka\) refuses"):
+        checked(sample_spec)
+
+
+def test_files_named_in_kafka_extra_are_left_to_the_pod_that_mounts_them(sample_spec):
+    del sample_spec["sinks"]["postgres"]
+    sample_spec["kafka"]["extra"] = {"security.protocol": "SSL", "ssl.ca.location": "/etc/kafka-ca/ca.pem"}
+    assert checked(sample_spec).validated.kafka.extra["ssl.ca.location"] == "/etc/kafka-ca/ca.pem"
+
+
+def test_knarr_overrides_in_env_are_merged_as_the_worker_merges_them(sample_spec):
+    del sample_spec["sinks"]["postgres"]
+    sample_spec["env"] = [{"name": "KNARR_METRICS__PORT", "value": "9300"}]
+    assert checked(sample_spec).validated.metrics.port == 9300
+
+
+def test_a_knarr_override_the_worker_would_refuse_is_refused_before_rollout(sample_spec):
+    sample_spec["env"] = [{"name": "KNARR_EXECUTOR__WINDOW_SIZE", "value": "many"}]
+    with pytest.raises(InvalidConfig, match=r"executor\.window_size: Input should be a valid integer"):
+        checked(sample_spec)
+
+
+def test_an_override_from_a_secret_is_checked_by_its_name(sample_spec):
+    sample_spec["env"] = [{"name": "KNARR_EXECUTOR__NO_SUCH_KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
+    with pytest.raises(InvalidConfig, match=r"KNARR_EXECUTOR__NO_SUCH_KEY: no config key 'executor\.no_such_key'"):
+        checked(sample_spec)

@@ -74,6 +74,7 @@ def spec_schema() -> dict[str, Any]:
     scaling = ours["properties"]["scaling"]
     scaling["x-kubernetes-validations"] = SCALING_RULES
     scaling["default"] = {}
+    ours["properties"]["rollout"]["default"] = {}  # so the API server fills in the deadline and autoRollback
     backfills = ours["properties"]["backfills"]
     backfills["x-kubernetes-validations"] = BACKFILLS_RULES
     backfill = backfills["items"]
@@ -115,6 +116,32 @@ def status_schema() -> dict[str, Any]:
             "message": {"type": "string"},
         },
     }
+    spec_ref = {
+        "type": "object",
+        "properties": {"generation": {"type": "integer"}, "hash": {"type": "string", "description": "Of the spec's workload part."}},
+    }
+    rollout = {
+        "type": "object",
+        "description": "The spec being rolled out, since when (its workers must be ready within spec.rollout.readyDeadlineSeconds).",
+        "properties": {**spec_ref["properties"], "startedAt": {"type": "string", "format": "date-time"}},
+    }
+    rolled_back = {
+        "type": "object",
+        "description": "The spec that missed its deadline, why, and which generation's spec the workers run instead.",
+        "properties": {
+            **spec_ref["properties"],
+            "restartNonce": {"type": "string"},
+            "reason": {"type": "string"},
+            "message": {"type": "string"},
+            "toGeneration": {"type": "integer"},
+            "deadlineSeconds": {"type": "integer"},
+        },
+    }
+    failure = {
+        "type": "object",
+        "description": "Why workers are failing, from their pods (the worker's termination message, or the kubelet's reason).",
+        "properties": {"reason": {"type": "string"}, "message": {"type": "string"}},
+    }
     return {
         "type": "object",
         "properties": {
@@ -126,6 +153,10 @@ def status_schema() -> dict[str, Any]:
             "partitions": {"type": "integer"},
             "lowLagSince": {"type": "string", "description": "Since when the lag would allow fewer workers (scale-down delay)."},
             "backfills": {"type": "array", "items": backfill},
+            "lastReadySpec": {**spec_ref, "description": "The last spec whose workers all became ready: what a rollback goes back to."},
+            "rollout": rollout,
+            "rolledBack": rolled_back,
+            "workerFailure": failure,
         },
     }
 
@@ -154,6 +185,7 @@ def pipeline_crd() -> dict[str, Any]:
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [
                         {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+                        {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
                         {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
                         {"name": "Lag", "type": "integer", "jsonPath": ".status.lag"},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

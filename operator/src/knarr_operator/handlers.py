@@ -1,13 +1,17 @@
 """The kopf shell: every trigger (create, update, resume, the resync timer) runs one `sync`.
 
-`sync` renders the desired children (pure), applies what differs, reads the lag,
-scales (builtin engine), mirrors backfills and writes the status — each step
-idempotent, so replays and restarts are harmless.
+`sync` checks the spec with the worker's own code (a config the worker would refuse is
+refused here, before anything rolls out), reads why workers fail from their pods, decides
+which spec the workers run (the spec's, or after a missed deadline the last ready one),
+renders the desired children (pure), applies what differs, reads the lag, scales (builtin
+engine, unless suspended), mirrors backfills and writes the status — each step
+idempotent, so replays and restarts are harmless. Events are posted once per change
+(a new worker failure, a rollback), never once per resync.
 """
 
 from __future__ import annotations
 
-import datetime
+import json
 import logging
 import os
 import threading
@@ -20,15 +24,20 @@ from kubernetes.dynamic.exceptions import ForbiddenError
 
 from knarr_operator.backfills import FINISHED, plan_backfills
 from knarr_operator.cluster import Cluster, load_client
-from knarr_operator.conditions import Observation, conditions, merge_transition_times
+from knarr_operator.conditions import CONFIG_REJECTED, DECISIONS, Observation, conditions, merge_transition_times, rejected, workers_ready
 from knarr_operator.credentials import kafka_extra_with_secrets, referenced_secrets, secrets_digest
 from knarr_operator.crd import GROUP, PLURAL, VERSION
+from knarr_operator.failures import Failure, worker_failure
 from knarr_operator.lag import KafkaUnreachable, LagReaders
 from knarr_operator.manifests import PipelineRef, render_children
-from knarr_operator.manifests.meta import PIPELINE_LABEL
-from knarr_operator.scaling import clamp_for_spec, decide
+from knarr_operator.manifests.meta import PIPELINE_LABEL, RESUME_REPLICAS_ANNOTATION, WORKLOAD_HASH_ANNOTATION, selector
+from knarr_operator.manifests.workload import WORKER, last_ready_config_map, last_ready_name
+from knarr_operator.preflight import preflight
+from knarr_operator.rollout import RolloutPlan, RolloutState, plan_rollout, rolled_back_message, with_workload, workload, workload_hash
+from knarr_operator.scaling import ReplicaPlan, decide, plan_replicas
 from knarr_operator.spec import SpecError, split_spec
-from knarr_operator.worker_config import InvalidConfig, render_worker_config
+from knarr_operator.timestamps import format_time, parse_time
+from knarr_operator.worker_config import InvalidConfig, WorkerConfig, render_worker_config
 
 RESYNC_SECONDS = float(os.environ.get("KNARR_OPERATOR_RESYNC_SECONDS", "15"))
 SPARK = ("sparkoperator.k8s.io/v1beta2", "SparkApplication")
@@ -57,7 +66,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Keep kopf's bookkeeping in annotations: the status belongs to kubectl users.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
-    # Our own events (Created, Scaled, InvalidConfig, …) say what happened; kopf posts its per-handler
+    # Our own events (Created, Scaled, ConfigRejected, …) say what happened; kopf posts its per-handler
     # log lines as events only when posting.loggers is on, which it is not — so keep posting at INFO,
     # or kopf.info() (every Normal event) would be dropped.
     settings.posting.level = logging.INFO
@@ -105,20 +114,42 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
     new_status: dict[str, Any] = {"observedGeneration": generation}
     try:
         spec, worker = split_spec(body["spec"])
-        config = render_worker_config(worker)
+        config = render_worker_config(worker, spec.env)
+        preflight(config)
     except (SpecError, InvalidConfig) as exc:
-        if _reason(status, "Ready") != "InvalidConfig":
-            kopf.warn(body, reason="InvalidConfig", message=str(exc))
-        new_status["conditions"] = conditions(Observation(generation=generation, invalid_config=str(exc)))
-        _write_status(patch, status, new_status)
+        _reject(body, patch, status, new_status, str(exc))
         return
 
     existing = api.get("apps/v1", "Deployment", ref.namespace, ref.name)
+    failure = worker_failure(api.list("v1", "Pod", ref.namespace, _worker_selector(ref)))
+    key = workload_hash(body["spec"])
+    plan = plan_rollout(
+        RolloutState.from_status(status),
+        generation=generation,
+        key=key,
+        restart_nonce=spec.restart_nonce,
+        ready=_runs_ready(existing, key),
+        suspended=spec.suspend,
+        now=time.time(),
+        deadline_seconds=spec.rollout.ready_deadline_seconds,
+        auto_rollback=spec.rollout.auto_rollback,
+        failure=failure,
+    )
+    if plan.record_ready:
+        api.apply(last_ready_config_map(ref, workload(body["spec"]), plan.state.last_ready["generation"], key))
+        kopf.info(body, reason="RolledOut", message=f"generation {plan.state.last_ready['generation']}: every worker is ready; "
+                                                  f"it is now the spec a failed rollout goes back to")
+    spec_run, config_run, key_run = _what_to_run(api, ref, body, plan, (spec, config, key))
+    if plan.rolled_back_now:
+        kopf.warn(body, reason="RolledBack", message=rolled_back_message(plan.state.rolled_back or {}))
+
     current = (existing or {}).get("spec", {}).get("replicas")
-    wanted = referenced_secrets(config.secrets, spec.env)
+    replicas = plan_replicas(spec.scaling, suspend=spec.suspend, current=current, remembered=_remembered(existing))
+    wanted = referenced_secrets(config_run.secrets, spec_run.env)
     secrets = _read_secrets(api, ref, wanted)
     digest = secrets_digest(wanted, secrets) if wanted and secrets is not None else None
-    children = render_children(ref, spec, config, clamp_for_spec(spec.scaling, current), digest)
+    children = render_children(ref, spec_run, config_run, replicas.replicas, digest,
+                               resume_replicas=replicas.resume_replicas, workload_hash=key_run)
     for manifest in children.workload:
         outcome = api.apply(manifest)
         if outcome != "unchanged":
@@ -127,11 +158,12 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
         if api.kind_installed(api_version, kind) and api.get(api_version, kind, ref.namespace, name):
             api.delete(api_version, kind, ref.namespace, name)
             kopf.info(body, reason="Deleted", message=f"deleted {kind} {name}")
+    _report_suspension(body, api, ref, spec, existing, replicas)
 
-    kafka = config.validated.kafka
+    kafka = config_run.validated.kafka
     kafka_error = None
     try:
-        extra = kafka_extra_with_secrets(kafka.extra, config.secrets, secrets or {})
+        extra = kafka_extra_with_secrets(kafka.extra, config_run.secrets, secrets or {})
         lag = _lag_readers.lag(ref.uid, kafka.brokers, kafka.consumer_group, kafka.source_topic, extra)
         new_status.update(lag=lag.total, partitions=lag.partitions)
     except KafkaUnreachable as exc:
@@ -141,7 +173,7 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
         lag = None
 
     desired = current if current is not None else spec.scaling.min_replicas
-    if spec.scaling.engine == "builtin" and lag is not None:
+    if spec.scaling.engine == "builtin" and lag is not None and not spec.suspend:
         desired = _autoscale(body, api, ref, spec.scaling, lag, status, new_status)
 
     new_status["backfills"] = _sync_backfills(body, api, ref, children.backfills, status)
@@ -150,15 +182,99 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
     dep_status = deployment.get("status") or {}
     new_status["replicas"] = int(dep_status.get("replicas") or 0)
     new_status["readyReplicas"] = int(dep_status.get("readyReplicas") or 0)
+    new_status["workerFailure"] = _report_failure(body, status, failure)
+    new_status.update(plan.state.to_status())
     observation = Observation(
         generation=generation,
         kafka_error=kafka_error,
         desired_replicas=deployment.get("spec", {}).get("replicas", desired),
         deployment=dep_status if deployment else None,
         deployment_generation=deployment.get("metadata", {}).get("generation"),
+        failure=failure,
+        suspended=spec.suspend,
+        resume_replicas=replicas.resume_replicas,
+        rolled_back=plan.state.rolled_back,
+        deadline_exceeded=plan.deadline_exceeded,
+        deadline_seconds=spec.rollout.ready_deadline_seconds,
     )
     new_status["conditions"] = conditions(observation)
     _write_status(patch, status, new_status)
+
+
+def _reject(body: Mapping[str, Any], patch: kopf.Patch, status: dict[str, Any], new_status: dict[str, Any], message: str) -> None:
+    """The worker would refuse this spec: say so once, change nothing (the old workers keep running)."""
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    if (ready.get("reason"), ready.get("message")) != (CONFIG_REJECTED, message):
+        kopf.warn(body, reason=CONFIG_REJECTED, message=message)
+    kept = [c for c in status.get("conditions") or [] if c.get("type") in DECISIONS]
+    new_status["conditions"] = rejected(message) + kept
+    _write_status(patch, status, new_status)
+
+
+def _worker_selector(ref: PipelineRef) -> str:
+    return ",".join(f"{k}={v}" for k, v in selector(ref, WORKER).items())
+
+
+def _runs_ready(deployment: Mapping[str, Any] | None, key: str) -> bool:
+    """The Deployment runs workload ``key``, and every one of its (at least one) workers is ready."""
+    if not deployment:
+        return False
+    annotations = deployment.get("metadata", {}).get("annotations") or {}
+    wanted = int(deployment.get("spec", {}).get("replicas") or 0)
+    status = deployment.get("status") or {}
+    return (
+        annotations.get(WORKLOAD_HASH_ANNOTATION) == key
+        and wanted >= 1
+        and workers_ready(status, deployment.get("metadata", {}).get("generation"), wanted)
+    )
+
+
+def _what_to_run(api: Cluster, ref: PipelineRef, body: Mapping[str, Any], plan: RolloutPlan, spec_now: tuple[Any, WorkerConfig, str]) -> tuple[Any, WorkerConfig, str]:
+    """The spec's own workload, or after a rollback the last ready one (with the spec's runtime keys)."""
+    if not plan.run_last_ready or not plan.state.last_ready:
+        return spec_now
+    good_hash = str(plan.state.last_ready.get("hash"))
+    stored = api.get("v1", "ConfigMap", ref.namespace, last_ready_name(ref)) or {}
+    data = stored.get("data") or {}
+    if data.get("hash") != good_hash:
+        _log.warning("Pipeline %s/%s: ConfigMap %s does not hold the last ready spec (%s); running the current spec",
+                     ref.namespace, ref.name, last_ready_name(ref), good_hash)
+        return spec_now
+    try:
+        spec, worker = split_spec(with_workload(body["spec"], json.loads(data["spec.json"])))
+        return spec, render_worker_config(worker, spec.env), good_hash
+    except (SpecError, InvalidConfig, ValueError) as exc:
+        _log.warning("Pipeline %s/%s: the last ready spec no longer renders (%s); running the current spec", ref.namespace, ref.name, exc)
+        return spec_now
+
+
+def _remembered(deployment: Mapping[str, Any] | None) -> int | None:
+    value = ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(RESUME_REPLICAS_ANNOTATION)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _report_suspension(body: Mapping[str, Any], api: Cluster, ref: PipelineRef, spec: Any, existing: Mapping[str, Any] | None, replicas: ReplicaPlan) -> None:
+    was_suspended = _remembered(existing) is not None
+    if spec.suspend and not was_suspended and existing is not None:
+        kopf.info(body, reason="Suspended", message=f"scaled to 0 workers (from {existing.get('spec', {}).get('replicas')}); "
+                                                    f"{replicas.resume_replicas} when spec.suspend is false again")
+    if replicas.resumed_to is not None:
+        if spec.scaling.engine == "keda":
+            api.scale(ref.namespace, ref.name, replicas.resumed_to)  # KEDA takes over from here
+        kopf.info(body, reason="Resumed", message=f"scaled from 0 to {replicas.resumed_to} workers")
+
+
+def _report_failure(body: Mapping[str, Any], status: Mapping[str, Any], failure: Failure | None) -> dict[str, str] | None:
+    """One event per new reason or message, not one per resync."""
+    if failure is None:
+        return None
+    now = {"reason": failure.reason, "message": failure.message}
+    if status.get("workerFailure") != now:
+        kopf.warn(body, reason=failure.reason, message=failure.message)
+    return now
 
 
 def _read_secrets(api: Cluster, ref: PipelineRef, wanted: list[tuple[str, str]]) -> dict[str, Any] | None:
@@ -186,9 +302,9 @@ def _autoscale(body: Mapping[str, Any], api: Cluster, ref: PipelineRef, scaling:
         lag=lag.total,
         partitions=lag.partitions,
         now=time.time(),
-        low_lag_since=_parse_time(status.get("lowLagSince")),
+        low_lag_since=parse_time(status.get("lowLagSince")),
     )
-    new_status["lowLagSince"] = _format_time(decision.low_lag_since) if decision.low_lag_since is not None else ""
+    new_status["lowLagSince"] = format_time(decision.low_lag_since) if decision.low_lag_since is not None else ""
     if decision.changes(current):
         api.scale(ref.namespace, ref.name, decision.replicas)
         kopf.info(body, reason="Scaled", message=f"scaled from {current} to {decision.replicas} workers (lag {lag.total}, {lag.partitions} partitions)")
@@ -225,7 +341,7 @@ def _sync_backfills(body: Mapping[str, Any], api: Cluster, ref: PipelineRef, wan
 def _write_status(patch: kopf.Patch, old: Mapping[str, Any], new: dict[str, Any]) -> None:
     """Patch only what changed: an unchanged status is no write at all."""
     if "conditions" in new:
-        new["conditions"] = merge_transition_times(new["conditions"], old.get("conditions") or [], _format_time(time.time()))
+        new["conditions"] = merge_transition_times(new["conditions"], old.get("conditions") or [], format_time(time.time()))
     for key, value in new.items():
         if old.get(key) != value:
             patch.status[key] = value
@@ -236,13 +352,3 @@ def _reason(status: Mapping[str, Any], type_: str) -> str | None:
         if cond.get("type") == type_:
             return cond.get("reason")
     return None
-
-
-def _format_time(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_time(value: str | None) -> float | None:
-    if not value:
-        return None
-    return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()

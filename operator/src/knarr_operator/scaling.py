@@ -52,3 +52,28 @@ def clamp_for_spec(scaling: Scaling, current: int | None) -> int:
     if current is None:
         return scaling.min_replicas
     return max(scaling.min_replicas, min(scaling.max_replicas, current))
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """The Deployment's count this round, around ``spec.suspend``."""
+
+    replicas: int | None  # for the builtin engine's manifest (suspended: 0 with either engine)
+    resume_replicas: int | None  # remembered on the Deployment while suspended
+    resumed_to: int | None = None  # resuming now: the count restored
+
+
+def plan_replicas(scaling: Scaling, *, suspend: bool, current: int | None, remembered: int | None) -> ReplicaPlan:
+    """Suspending remembers the count (once); resuming restores it, within the spec's range.
+
+    ``current``: the Deployment's replicas (None: no Deployment yet); ``remembered``: the count
+    a suspended Deployment carries from before.
+    """
+    if suspend:
+        if remembered is None:
+            remembered = current if current else clamp_for_spec(scaling, None)
+        return ReplicaPlan(0, remembered)
+    if remembered is not None:
+        restored = clamp_for_spec(scaling, remembered)
+        return ReplicaPlan(restored, None, restored)
+    return ReplicaPlan(clamp_for_spec(scaling, current), None)

@@ -28,7 +28,7 @@ def secret_or_string(description: str) -> dict[str, Any]:
     return {
         "description": description,
         # Untyped so it can be either; CEL cannot see such a field, so its shape is
-        # checked by the operator (an InvalidConfig condition naming the field).
+        # checked by the operator (a ConfigRejected condition naming the field).
         "x-kubernetes-preserve-unknown-fields": True,
     }
 

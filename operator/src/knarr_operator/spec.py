@@ -86,6 +86,21 @@ ENV_VAR_SCHEMA = {
 }
 
 
+class Rollout(_Part):
+    """How a new spec is rolled out, and what happens when its workers do not become ready."""
+
+    ready_deadline_seconds: int = Field(
+        600, ge=5, le=86_400,
+        description="A new spec's workers must all be ready within this long after it was first seen; "
+                    "else (with autoRollback) the workers go back to the last spec that was ready.",
+    )
+    auto_rollback: bool = Field(
+        True,
+        description="Roll the workers back to the last spec that was ready when a new one misses readyDeadlineSeconds. "
+                    "A later change of the spec (or of restartNonce) tries again.",
+    )
+
+
 class OperatorSpec(_Part):
     """The operator-only fields of a Pipeline's spec."""
 
@@ -97,6 +112,22 @@ class OperatorSpec(_Part):
     resources: Resources = Field(default_factory=Resources)
     env: list[dict[str, Any]] = Field(default_factory=list, json_schema_extra={"x-schema": ENV_VAR_SCHEMA})
     backfills: list[Backfill] = Field(default_factory=list, max_length=20, description="Ranges of the source topic to reprocess, each once, as a Spark job.")
+    suspend: bool = Field(
+        False,
+        description="Scale the workers to zero and keep them there (the autoscaler too); the Deployment, its config, "
+                    "the status and the consumer group's committed offsets stay. false again restores the replica count.",
+    )
+    restart_nonce: str = Field(
+        "", max_length=253,
+        description="Any new value rolls the workers (a pod-template annotation), e.g. a timestamp; "
+                    "it also retries a spec that was rolled back.",
+    )
+    rollout: Rollout = Field(default_factory=Rollout)
+
+
+# Fields that say how many workers run and what else runs beside them, not what each worker runs:
+# changing them starts no rollout of a new spec, and a rollback keeps their current values.
+RUNTIME_KEYS = frozenset({"scaling", "backfills", "suspend", "restartNonce", "rollout"})
 
 
 OPERATOR_KEYS = frozenset(f.alias or k for k, f in OperatorSpec.model_fields.items())

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import copy
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 from knarr.config import ConfigError, KnarrConfig, config_from_dict
+from knarr.config.environment import ENV_PREFIX, deep_merge, env_overrides
 
 from knarr_operator.credentials import CredentialError, SecretRef, split_off_secrets
 from knarr_operator.naming import to_snake
@@ -38,8 +39,13 @@ class WorkerConfig:
         return yaml.safe_dump(self.data, sort_keys=True)
 
 
-def render_worker_config(worker_spec: Mapping[str, Any]) -> WorkerConfig:
-    """camelCase spec sections → the worker's snake_case config, credentials split off, validated."""
+def render_worker_config(worker_spec: Mapping[str, Any], env: Iterable[Mapping[str, Any]] = ()) -> WorkerConfig:
+    """camelCase spec sections → the worker's snake_case config, credentials split off, validated.
+
+    ``env`` is the Pipeline's ``spec.env``: its ``KNARR_*`` entries override the file in the
+    worker, so the config validated here is the file with them merged over it, as the worker
+    merges them (a value from a Secret or ConfigMap is unknown here: only its name is checked).
+    """
     data = to_snake(KnarrConfig, copy.deepcopy(dict(worker_spec)))
     try:
         secrets = split_off_secrets(data)
@@ -47,7 +53,8 @@ def render_worker_config(worker_spec: Mapping[str, Any]) -> WorkerConfig:
         raise InvalidConfig(f"credentials (keys under spec):\n{exc}") from None
     candidate = copy.deepcopy(data)
     for ref in secrets:
-        _set_path(candidate, list(ref.path), f"<from secret {ref.secret}/{ref.key}>")
+        _set_path(candidate, list(ref.path), _placeholder(ref))
+    candidate = _with_env_overrides(candidate, list(env))
     try:
         validated = config_from_dict(candidate)
     except ConfigError as exc:
@@ -68,6 +75,29 @@ def render_worker_config(worker_spec: Mapping[str, Any]) -> WorkerConfig:
             f"never answers; use 0.0.0.0 (or :: on IPv6 clusters)"
         )
     return WorkerConfig(data=data, secrets=tuple(secrets), validated=validated)
+
+
+# A credential's stand-in while validating: shaped like the real thing, for code that parses it.
+_PLACEHOLDER_SCHEMES = {"postgres": "postgresql", "mongo": "mongodb", "redis": "redis", "http": "https"}
+
+
+def _placeholder(ref: SecretRef) -> str:
+    if ref.path[0] == "sinks" and len(ref.path) == 4 and ref.path[1] in _PLACEHOLDER_SCHEMES:
+        return f"{_PLACEHOLDER_SCHEMES[ref.path[1]]}://{ref.secret}.from-secret.invalid/{ref.key}"
+    return f"<from secret {ref.secret}/{ref.key}>"
+
+
+def _with_env_overrides(data: dict[str, Any], env: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """``data`` with the ``KNARR_*`` entries of ``env`` merged over it by the worker's own rules."""
+    ours = [e for e in env if str(e.get("name", "")).upper().startswith(ENV_PREFIX)]
+    literal = {str(e["name"]): str(e.get("value", "")) for e in ours if "valueFrom" not in e}
+    referenced = {str(e["name"]): "null" for e in ours if "valueFrom" in e}  # only the name can be judged
+    overrides, problems = env_overrides(KnarrConfig, literal, data)
+    problems += env_overrides(KnarrConfig, referenced, data)[1]
+    if problems:
+        raise InvalidConfig("spec.env: the worker takes KNARR_* variables as overrides of its config, and would reject these:\n"
+                            + "\n".join(problems))
+    return deep_merge(data, overrides)
 
 
 def _is_loopback(host: str) -> bool:

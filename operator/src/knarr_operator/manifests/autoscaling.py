@@ -9,12 +9,20 @@ from knarr_operator.spec import Scaling
 from knarr_operator.worker_config import WorkerConfig
 
 
-def scaled_object(pipeline: PipelineRef, scaling: Scaling, config: WorkerConfig) -> dict[str, Any]:
+# KEDA scales the target to this many replicas and leaves it there while the annotation is set.
+PAUSED_REPLICAS_ANNOTATION = "autoscaling.keda.sh/paused-replicas"
+
+
+def scaled_object(pipeline: PipelineRef, scaling: Scaling, config: WorkerConfig, *, suspended: bool = False) -> dict[str, Any]:
+    """``suspended``: KEDA holds the workers at zero (it would scale them back up to minReplicaCount)."""
     kafka = config.validated.kafka
+    meta = metadata(pipeline, pipeline.name, "worker")
+    if suspended:
+        meta["annotations"] = {PAUSED_REPLICAS_ANNOTATION: "0"}
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
-        "metadata": metadata(pipeline, pipeline.name, "worker"),
+        "metadata": meta,
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": pipeline.name},
             "minReplicaCount": scaling.min_replicas,

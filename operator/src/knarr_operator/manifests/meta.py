@@ -14,6 +14,9 @@ PIPELINE_LABEL = "knarr.dev/pipeline"
 SPEC_HASH_ANNOTATION = "knarr.dev/spec-hash"
 CONFIG_HASH_ANNOTATION = "knarr.dev/config-hash"
 SECRETS_HASH_ANNOTATION = "knarr.dev/secrets-hash"  # of the referenced Secrets' values: a change rolls the pods
+RESTART_NONCE_ANNOTATION = "knarr.dev/restart-nonce"  # spec.restartNonce on the pod template: a change rolls the pods
+WORKLOAD_HASH_ANNOTATION = "knarr.dev/workload-hash"  # on the Deployment: which spec its pod template runs (rollout.py)
+RESUME_REPLICAS_ANNOTATION = "knarr.dev/resume-replicas"  # on a suspended Deployment: its replicas before
 
 
 @dataclass(frozen=True)

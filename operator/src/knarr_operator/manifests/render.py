@@ -24,22 +24,33 @@ class Children:
 
 
 def render_children(
-    pipeline: PipelineRef, spec: OperatorSpec, config: WorkerConfig, replicas: int | None, secrets_digest: str | None = None
+    pipeline: PipelineRef,
+    spec: OperatorSpec,
+    config: WorkerConfig,
+    replicas: int | None,
+    secrets_digest: str | None = None,
+    *,
+    resume_replicas: int | None = None,
+    workload_hash: str | None = None,
 ) -> Children:
-    """``replicas``: the Deployment's count under the builtin engine (ignored with KEDA).
+    """``replicas``: the Deployment's count under the builtin engine, and 0 with either while suspended.
 
     ``secrets_digest``: of the Secrets the workers read (None: none referenced, or not readable).
+    ``resume_replicas``: remembered on the Deployment while ``spec.suspend`` holds it at zero.
+    ``workload_hash``: the spec the workers run (see :mod:`knarr_operator.rollout`).
     """
     keda = spec.scaling.engine == "keda"
+    count = 0 if spec.suspend else None if keda else replicas
+    workers = deployment(pipeline, spec, config, count, secrets_digest, resume_replicas=resume_replicas, workload_hash=workload_hash)
     workload = [
         with_spec_hash(config_map(pipeline, config)),
-        with_spec_hash(deployment(pipeline, spec, config, None if keda else replicas, secrets_digest), ignore=("replicas",)),
+        with_spec_hash(workers, ignore=("replicas",)),
         with_spec_hash(metrics_service(pipeline, config)),
         with_spec_hash(disruption_budget(pipeline)),
     ]
     absent: list[tuple[str, str, str]] = []
     if keda:
-        workload.append(with_spec_hash(scaled_object(pipeline, spec.scaling, config)))
+        workload.append(with_spec_hash(scaled_object(pipeline, spec.scaling, config, suspended=spec.suspend)))
     else:
         absent.append(("keda.sh/v1alpha1", "ScaledObject", pipeline.name))
     backfills = {b.name: spark_application(pipeline, spec, config, b) for b in spec.backfills}

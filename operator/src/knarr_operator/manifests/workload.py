@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 from knarr_operator.manifests.meta import (
     CONFIG_HASH_ANNOTATION,
+    RESTART_NONCE_ANNOTATION,
+    RESUME_REPLICAS_ANNOTATION,
     SECRETS_HASH_ANNOTATION,
+    WORKLOAD_HASH_ANNOTATION,
     PipelineRef,
     content_hash,
     labels,
@@ -19,6 +23,10 @@ from knarr_operator.worker_config import CONFIG_DIR, CONFIG_KEY, CONFIG_PATH, Wo
 
 WORKER = "worker"
 RUN_AS = 10001
+# The worker writes why it failed here (knarr.observability.termination); the kubelet shows it in
+# the pod's status, falling back to the log's tail when the worker could not write it.
+TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_LOG_ENV = {"name": "KNARR_TERMINATION_LOG", "value": TERMINATION_LOG}
 # Time the pod gets beyond the worker's own drain timeout: process exit, final commit, logs.
 SHUTDOWN_MARGIN_SECONDS = 30
 
@@ -66,13 +74,21 @@ def _sink_data_volumes(config: WorkerConfig) -> tuple[list[dict[str, Any]], list
 
 
 def deployment(
-    pipeline: PipelineRef, spec: OperatorSpec, config: WorkerConfig, replicas: int | None, secrets_digest: str | None = None
+    pipeline: PipelineRef,
+    spec: OperatorSpec,
+    config: WorkerConfig,
+    replicas: int | None,
+    secrets_digest: str | None = None,
+    *,
+    resume_replicas: int | None = None,
+    workload_hash: str | None = None,
 ) -> dict[str, Any]:
     """``replicas`` None leaves the count to someone else (KEDA's HPA).
 
     ``secrets_digest`` (see :func:`knarr_operator.credentials.secrets_digest`) goes on the pod
     template: env from a Secret is read once, when a container starts, so a changed Secret
-    must change the template for the workers to see it.
+    must change the template for the workers to see it. ``resume_replicas`` is remembered on
+    a suspended Deployment; ``workload_hash`` says which spec its template runs.
     """
     port = config.validated.metrics.port
     drain = config.validated.executor.drain_timeout_seconds
@@ -82,8 +98,10 @@ def deployment(
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": ["knarr", "run", "--config", CONFIG_PATH, "--handler", spec.handler],
-        "env": worker_env(spec, config),
+        "env": [TERMINATION_LOG_ENV, *worker_env(spec, config)],
         "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": "metrics"},
             "periodSeconds": 10,
@@ -122,10 +140,16 @@ def deployment(
     annotations = {CONFIG_HASH_ANNOTATION: content_hash([config.to_yaml(), [r.env_var() for r in config.secrets]])}
     if secrets_digest is not None:
         annotations[SECRETS_HASH_ANNOTATION] = secrets_digest
+    if spec.restart_nonce:
+        annotations[RESTART_NONCE_ANNOTATION] = spec.restart_nonce
+    meta = metadata(pipeline, pipeline.name, WORKER)
+    own = {WORKLOAD_HASH_ANNOTATION: workload_hash, RESUME_REPLICAS_ANNOTATION: None if resume_replicas is None else str(resume_replicas)}
+    if any(v is not None for v in own.values()):
+        meta["annotations"] = {k: v for k, v in own.items() if v is not None}
     manifest: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata(pipeline, pipeline.name, WORKER),
+        "metadata": meta,
         "spec": {
             "selector": {"matchLabels": selector(pipeline, WORKER)},
             # Never more than one worker away: its partitions are rebalanced onto the others.
@@ -160,4 +184,22 @@ def disruption_budget(pipeline: PipelineRef) -> dict[str, Any]:
         "kind": "PodDisruptionBudget",
         "metadata": metadata(pipeline, pipeline.name, WORKER),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(pipeline, WORKER)}},
+    }
+
+
+def last_ready_name(pipeline: PipelineRef) -> str:
+    return f"{pipeline.name}-last-ready"
+
+
+def last_ready_config_map(pipeline: PipelineRef, workload: dict[str, Any], generation: int, workload_hash: str) -> dict[str, Any]:
+    """The last spec whose workers all became ready: what an automatic rollback goes back to.
+
+    Only the workload part of the spec (see :mod:`knarr_operator.rollout`); it holds no credential
+    (those are Secret references: a spec with one inline is never rolled out).
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(pipeline, last_ready_name(pipeline), WORKER),
+        "data": {"spec.json": json.dumps(workload, sort_keys=True), "generation": str(generation), "hash": workload_hash},
     }

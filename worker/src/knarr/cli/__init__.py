@@ -105,11 +105,17 @@ def main(argv: list[str] | None = None) -> int:
 
         return migrate_main(argv[1:])
     args = parser().parse_args(argv)  # bad arguments: argparse exits 2 (ExitCode.USAGE)
+    from knarr.observability.termination import record_error
+
     try:
         return int(args.fn(args))
     except KnarrError as exc:
         print(f"knarr {args.command}: {exc}", file=sys.stderr)
+        record_error(exc)  # the one line Kubernetes shows in the pod's status
         return int(exc.exit_code)
     except BrokenPipeError:  # `knarr check ... | head`: the reader left; that is not an error
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (so the interpreter's final flush is quiet)
         return ExitCode.OK
+    except Exception as exc:  # a bug: the traceback goes to stderr as always, the reason to Kubernetes
+        record_error(exc)
+        raise

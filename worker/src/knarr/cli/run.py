@@ -14,6 +14,7 @@ from knarr.config.root import CONFIG_PATH_ENV, KnarrConfig
 from knarr.errors import ExitCode, UsageError
 from knarr.loader import load_handler_class
 from knarr.observability.progress import progress_bar
+from knarr.observability.termination import describe_error, record_exit
 from knarr.observability.task_failures import task_failures
 from knarr.engine.containment import contain_tasks
 from knarr.engine.worker import Worker
@@ -53,8 +54,10 @@ def run_command(config_path: str | None, handler_option: str | None, progress: b
         code = asyncio.run(_run_with_progress(worker, progress and bounded))
     task_failures.flush(now=math.inf)  # a storm's last "N more" line, even if its window was still open
     if not bounded:
+        record_exit(code, exit_detail(code, worker))
         return code
     code = bounded_exit_code(code, worker)
+    record_exit(code, exit_detail(code, worker))
     source = worker.source
     print(run_summary(worker.stats, source=_shown(str(source.topic)) if source else "the local source",
                       seconds=time.monotonic() - started, exit_code=code), file=sys.stderr)
@@ -68,6 +71,18 @@ def _shown(path: str) -> str:
     """A path as short as it can be said from here."""
     relative = os.path.relpath(path)
     return path if relative.startswith("..") else relative
+
+
+def exit_detail(code: int, worker: Worker) -> str:
+    """What the termination message says about an exit no exception explained."""
+    if worker.fatal is not None:
+        return describe_error(worker.fatal)
+    if code == ExitCode.DRAIN_INCOMPLETE:
+        return (f"in-flight work did not finish within executor.drain_timeout_seconds "
+                f"({worker.config.executor.drain_timeout_seconds:g}s); its messages will be replayed")
+    if code == ExitCode.WORK_FAILED:
+        return f"{worker.stats.failed} task(s) failed for good, {worker.stats.dead_lettered} payload(s) dead-lettered"
+    return ""
 
 
 def bounded_exit_code(code: int, worker: Worker) -> int:

@@ -25,6 +25,9 @@ from pydantic import BaseModel
 ENV_PREFIX = "KNARR_"
 ENV_DELIMITER = "__"
 CONFIG_PATH_ENV = "KNARR_CONFIG"
+# Where a failed worker writes its one-line reason for Kubernetes (knarr.observability.termination).
+TERMINATION_LOG_ENV = "KNARR_TERMINATION_LOG"
+NOT_CONFIG_ENV = frozenset({CONFIG_PATH_ENV, TERMINATION_LOG_ENV})
 # The operator's own settings (KNARR_OPERATOR_RESYNC_SECONDS, ...) are not worker config keys.
 RESERVED_ENV_PREFIX = "KNARR_OPERATOR_"
 
@@ -38,7 +41,7 @@ def env_overrides(model: type[BaseModel], env: Mapping[str, str], file_data: Map
     problems: list[str] = []
     for name in sorted(env):
         upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or upper == CONFIG_PATH_ENV or upper.startswith(RESERVED_ENV_PREFIX):
+        if not upper.startswith(ENV_PREFIX) or upper in NOT_CONFIG_ENV or upper.startswith(RESERVED_ENV_PREFIX):
             continue
         segments = name[len(ENV_PREFIX) :].split(ENV_DELIMITER)
         resolved = _resolve(model, segments, file_data)

@@ -32,6 +32,7 @@ from knarr.observability import metrics
 from knarr.observability.health import HealthServer
 from knarr.observability.logging import configure_logging, get_logger
 from knarr.observability.ratelimit import Deduplicator
+from knarr.observability.termination import describe_error, record_exit
 from knarr.sinks import build_sinks
 from knarr.sinks.delivery import SinkManager
 from knarr.sinks.dlq import DeadLetterQueue, FileDeadLetterQueue
@@ -224,7 +225,7 @@ class Worker:
     def _signalled(self) -> None:
         if self._stop.is_set() and self.hard_deadline:
             self.log.warning("second stop signal: exiting now; uncommitted work will be replayed")
-            _exit_now(ExitCode.DRAIN_INCOMPLETE)
+            _exit_now(ExitCode.DRAIN_INCOMPLETE, "a second stop signal ended the drain; uncommitted work will be replayed")
         self.stop()
 
     def _arm_deadline(self) -> None:
@@ -236,12 +237,21 @@ class Worker:
             self.log.error("shutdown overran its deadline (a client is stuck on an unreachable server); exiting now, "
                            "uncommitted work will be replayed", seconds=seconds)
             if self._exit_code is None:
-                _exit_now(ExitCode.FATAL if self._fatal is not None else ExitCode.DRAIN_INCOMPLETE)
+                _exit_now(ExitCode.FATAL if self._fatal is not None else ExitCode.DRAIN_INCOMPLETE, self._exit_detail(
+                    f"the shutdown overran its deadline ({seconds:g}s): a client is stuck on an unreachable server"))
             _exit_now(self._exit_code)  # the shutdown was done; the interpreter's exit hung on a stuck thread
 
         self._deadline_timer = threading.Timer(seconds, overrun)
         self._deadline_timer.daemon = True
         self._deadline_timer.start()
+
+    @property
+    def fatal(self) -> BaseException | None:
+        """What stopped the worker for good, if anything did."""
+        return self._fatal
+
+    def _exit_detail(self, otherwise: str) -> str:
+        return describe_error(self._fatal) if self._fatal is not None else otherwise
 
     def fail(self, exc: BaseException) -> None:
         """Something cannot be handled without losing data: stop now, commit nothing more."""
@@ -445,7 +455,7 @@ class Worker:
             # A thread is still inside a client talking to a server that does not answer; a normal
             # exit would wait for it. Everything that could be done safely is done.
             self.log.warning("exiting without waiting for unfinished shutdown steps", steps=self._stuck)
-            _exit_now(self._exit_code)
+            _exit_now(self._exit_code, self._exit_detail(f"shutdown steps left unfinished: {', '.join(self._stuck)}"))
         return self._exit_code
 
     async def _final_commit(self) -> bool:
@@ -475,7 +485,12 @@ def _ignore_result(future: asyncio.Future) -> None:
         future.exception()  # retrieved, so an abandoned poll's error is not reported as never retrieved
 
 
-def _exit_now(code: int) -> None:
-    """End the process at once: a thread stuck inside a client would keep a normal exit waiting."""
+def _exit_now(code: int, detail: str = "") -> None:
+    """End the process at once: a thread stuck inside a client would keep a normal exit waiting.
+
+    ``detail`` becomes the termination message (the CLI, which writes it otherwise, is skipped).
+    """
+    if detail:
+        record_exit(code, detail)
     sys.stderr.flush()
     os._exit(code)

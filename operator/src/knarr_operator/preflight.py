@@ -1,0 +1,53 @@
+"""The worker's startup checks that need neither the handler image nor a connection, run by the operator.
+
+A config the worker would refuse at startup must be refused here, before anything rolls out:
+the old workers keep running, and the Pipeline says why (``ConfigRejected``) instead of a new
+pod crash-looping. So every check ``knarr run`` and ``knarr check`` make before connecting
+is run here with the worker's own code, except those that need what only the pod has:
+
+=========================================  ===============================================
+run by the operator                        worker code
+=========================================  ===============================================
+schema, ranges, cross-field rules          ``config_from_dict`` (in :mod:`worker_config`)
+``KNARR_*`` overrides in ``spec.env``      ``env_overrides`` (in :mod:`worker_config`)
+secrets written inline                     :mod:`knarr_operator.credentials`
+every sink type exists in this version     ``build_sinks`` (builds, never connects)
+librdkafka accepts the consumer settings   ``check_consumer_settings`` (no bootstrap servers)
+=========================================  ===============================================
+
+Left to the worker, so reported from its termination message: the handler (import, hook
+contract, ``on_startup``), files named in ``kafka.extra`` (``ssl.*.location``, keytabs: they
+are mounted into the pod), ``executor.binary_path`` in the image, the probe port, and
+reaching the broker, the sinks and the DLQ.
+"""
+
+from __future__ import annotations
+
+from knarr.config.librdkafka import ConsumerSettingsError, check_consumer_settings
+from knarr.errors import KnarrError
+from knarr.kafka import settings
+from knarr.sinks import build_sinks
+
+from knarr_operator.worker_config import InvalidConfig, WorkerConfig
+
+# librdkafka properties naming files or plug-ins: they exist in the worker's pod, not here.
+_POD_FILE_SUFFIXES = (".location", ".keytab", "plugin.library.paths")
+
+
+def preflight(config: WorkerConfig) -> None:
+    """Raise :class:`InvalidConfig` with every problem the worker would report before connecting."""
+    problems: list[str] = []
+    try:
+        build_sinks(config.validated)
+    except KnarrError as exc:
+        problems.append(str(exc))
+    kafka = config.validated.kafka
+    consumer = {k: v for k, v in settings.source_consumer(kafka, "knarr-operator-preflight").items()
+                if not k.strip().lower().endswith(_POD_FILE_SUFFIXES)}
+    try:
+        check_consumer_settings(consumer, kafka.max_poll_records)
+    except ConsumerSettingsError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise InvalidConfig("the worker would refuse to start with this configuration (keys under spec):\n"
+                            + "\n".join(f"  {p}" for p in problems))
