@@ -63,7 +63,7 @@ def test_a_replay_waits_for_a_sink_that_is_down_and_delivers_once_it_is_back(tmp
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert "sink unavailable; the delivery waits and retries" in err
+    assert "sink unavailable; deliveries wait and retry" in err
     assert "  re-delivered      2 records (2 payloads) to test-jsonl sink 'audit'" in out
     assert received(tmp_path) == [{"sink": "audit", "data": {"i": i}, "meta": {"m": i}} for i in range(2)]
 
