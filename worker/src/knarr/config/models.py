@@ -180,8 +180,9 @@ class PostgresSinkConfig(SinkBase):
 
 
 class MongoSinkConfig(SinkBase):
-    uri: str = Field(..., min_length=1, description="MongoDB connection URI.")
+    uri: str = Field(..., min_length=1, description="MongoDB connection URI (keep credentials in a Secret / env override).")
     database: str = Field(..., min_length=1, description="Database the payloads' collections live in.")
+    timeout_seconds: float = Field(10, gt=0, le=600, description="Longest wait for the server: to find it, to connect, and for one reply. Past it a delivery waits and retries like any outage (nothing is dead-lettered for it); at startup the worker exits 3.")
 
 
 class HttpSinkConfig(SinkBase):

@@ -18,6 +18,7 @@ from knarr.sinks.base import Sink
 BUILTIN: dict[str, str] = {
     "kafka": "knarr.sinks.kafka:KafkaSink.from_config",
     "filesystem": "knarr.sinks.filesystem:FileSink.from_config",
+    "mongo": "knarr.sinks.mongo:MongoSink.from_config",
 }
 
 
