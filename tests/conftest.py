@@ -11,5 +11,5 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # so `test
 
 pytest_plugins = [
     "tests.services.kafka", "tests.services.envtest",
-    "tests.services.mongo",
+    "tests.services.mongo", "tests.services.http_server",
 ]

@@ -19,6 +19,7 @@ BUILTIN: dict[str, str] = {
     "kafka": "knarr.sinks.kafka:KafkaSink.from_config",
     "filesystem": "knarr.sinks.filesystem:FileSink.from_config",
     "mongo": "knarr.sinks.mongo:MongoSink.from_config",
+    "http": "knarr.sinks.http:HttpSink.from_config",
 }
 
 
