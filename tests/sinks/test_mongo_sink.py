@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -61,6 +62,17 @@ async def test_payloads_with_upsert_keys_replace_the_matching_document_instead_o
 
     assert sorted(without_ids(documents(mongo_uri, mongo_database, "words")), key=lambda d: d["word"]) == [
         {"word": "a", "count": 5}, {"word": "b", "count": 1}]
+
+
+async def test_upserts_of_one_key_delivered_side_by_side_leave_one_document_given_a_unique_index(
+    sink, mongo_uri, mongo_database
+):
+    with MongoClient(mongo_uri) as client:
+        client[mongo_database].words.create_index("word", unique=True)
+    await asyncio.gather(*(sink.deliver([MongoPayload(collection="words", data={"word": "a", "n": n},
+                                                      upsert_keys=["word"])]) for n in range(6)))
+    [doc] = documents(mongo_uri, mongo_database, "words")
+    assert doc["word"] == "a" and doc["n"] in range(6)
 
 
 async def test_a_document_the_server_refuses_is_named_and_the_documents_around_it_are_written(sink, mongo_uri, mongo_database):
@@ -134,7 +146,7 @@ async def test_a_stopped_server_is_an_outage_after_the_timeout_and_the_retry_sto
         assert time.monotonic() - started < 5
         deadline = time.monotonic() + 10
         while client[database].results.count_documents({}) < 50 and time.monotonic() < deadline:
-            time.sleep(0.1)
+            await asyncio.sleep(0.1)
         assert client[database].results.count_documents({}) == 50, "the broken-off write was not stored"
 
         await sink.deliver(payloads)

@@ -45,6 +45,7 @@ from knarr.sinks.progress import PayloadProgress
 _CONFIGURED_TIMEOUTS = re.compile(r" \(configured timeouts: [^)]*\)")
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024  # MongoDB's BSON document limit
 DUPLICATE_KEY = 11000
+UPSERT_RACES = 3  # an upsert that keeps meeting a duplicate key conflicts on another unique index
 # Server error codes that mean "not now" rather than "not this document": shutting down, stepping
 # down, not primary, interrupted, over a time limit, a lock or write conflict, rate-limited.
 TRANSIENT_CODES = frozenset({
@@ -66,6 +67,12 @@ class _Write:
     payload: Any
     pending: _Pending
     upsert_filter: dict[str, Any] | None
+    races: int = 0  # duplicate keys met as an upsert (another upsert of the same key was first)
+
+    def operation(self) -> InsertOne | ReplaceOne:
+        if self.upsert_filter is None:
+            return InsertOne(self.pending.document)
+        return ReplaceOne(self.upsert_filter, self.pending.document, upsert=True)
 
 
 def collection_problem(name: str) -> str | None:
@@ -204,27 +211,58 @@ class MongoSink:
         """One ordered bulk write; after a refused document, the rest of the batch is written on."""
         target = self._database[collection]
         while batch:
-            ops = [InsertOne(w.pending.document) if w.upsert_filter is None
-                   else ReplaceOne(w.upsert_filter, w.pending.document, upsert=True) for w in batch]
             try:
-                await target.bulk_write(ops, ordered=True)
+                await target.bulk_write([w.operation() for w in batch], ordered=True)
             except BulkWriteError as exc:
-                batch = self._after_refusal(collection, batch, exc.details, refused)
+                batch = self._after_error(collection, batch, exc.details, refused)
                 continue
+            except KeyError:
+                # FerretDB's reply to an update that failed lacks nModified, which PyMongo's bulk
+                # result needs: what was applied is unknown, so go on one write at a time.
+                for w in batch:
+                    w.pending.in_flight = True
+                await self._write_each(target, collection, batch, refused)
+                return
             except PyMongoError as exc:
-                if is_transient(exc):
-                    for w in batch:
-                        w.pending.in_flight = True
-                    raise TransientSinkError(f"collection {collection!r}: {_refusal(exc)}") from None
-                # Refused as a whole (not authorised, a collection that cannot be written, ...).
-                refused.extend((w.payload, f"collection {collection!r}: {_refusal(exc)}") for w in batch)
+                self._fail_whole(collection, batch, exc, refused)
                 return
             for w in batch:
                 w.pending.done = True
             return
 
-    def _after_refusal(self, collection: str, batch: list[_Write], details: dict[str, Any],
-                       refused: list[tuple[Any, str]]) -> list[_Write]:
+    async def _write_each(self, target: Any, collection: str, batch: list[_Write],
+                          refused: list[tuple[Any, str]]) -> None:
+        for i, w in enumerate(batch):
+            while not w.pending.done:
+                try:
+                    if w.upsert_filter is None:
+                        await target.insert_one(w.pending.document)
+                    else:
+                        await target.replace_one(w.upsert_filter, w.pending.document, upsert=True)
+                except OperationFailure as exc:
+                    if not is_transient(exc) and exc.code is not None:
+                        if self._settle(collection, w, exc.code, str(exc), refused):
+                            continue
+                        break
+                    self._fail_whole(collection, batch[i:], exc, refused)
+                    return
+                except PyMongoError as exc:
+                    self._fail_whole(collection, batch[i:], exc, refused)
+                    return
+                w.pending.done = True
+
+    def _fail_whole(self, collection: str, batch: list[_Write], exc: PyMongoError,
+                    refused: list[tuple[Any, str]]) -> None:
+        """An error about the write as a whole: an outage (raised), or a refusal of every document in it."""
+        if is_transient(exc):
+            for w in batch:
+                w.pending.in_flight = True
+            raise TransientSinkError(f"collection {collection!r}: {_refusal(exc)}") from None
+        # Refused as a whole: not authorised, a collection that cannot be written, ...
+        refused.extend((w.payload, f"collection {collection!r}: {_refusal(exc)}") for w in batch)
+
+    def _after_error(self, collection: str, batch: list[_Write], details: dict[str, Any],
+                     refused: list[tuple[Any, str]]) -> list[_Write]:
         """What is left to write after an ordered bulk write stopped at its first error."""
         errors = details.get("writeErrors") or []
         if not errors:  # every write applied, but the write concern was not satisfied: an outage
@@ -237,13 +275,22 @@ class MongoSink:
         index, code, message = error["index"], error.get("code"), error.get("errmsg", "")
         for w in batch[:index]:
             w.pending.done = True
-        failed = batch[index]
         if code in TRANSIENT_CODES:
             for w in batch[index:]:
                 w.pending.in_flight = True
             raise TransientSinkError(f"collection {collection!r}: {message} (code {code})")
-        if code == DUPLICATE_KEY and failed.upsert_filter is None and failed.pending.in_flight:
-            failed.pending.done = True  # stored by the attempt that broke off
-        else:
-            refused.append((failed.payload, f"collection {collection!r}: {mask_value(message)[:1000]} (code {code})"))
-        return batch[index + 1:]
+        again = self._settle(collection, batch[index], code, message, refused)
+        return batch[index:] if again else batch[index + 1:]
+
+    def _settle(self, collection: str, write: _Write, code: int | None, message: str,
+                refused: list[tuple[Any, str]]) -> bool:
+        """A write the server did not apply: already stored, worth sending again now (True), or refused."""
+        if code == DUPLICATE_KEY:
+            if write.upsert_filter is None and write.pending.in_flight:
+                write.pending.done = True  # stored by the attempt that broke off
+                return False
+            if write.upsert_filter is not None and write.races < UPSERT_RACES:
+                write.races += 1  # another upsert of the same key inserted first: this one now replaces it
+                return True
+        refused.append((write.payload, f"collection {collection!r}: {mask_value(message)[:1000]} (code {code})"))
+        return False
