@@ -15,11 +15,12 @@ class Item(BaseModel):
     word: str | None = None  # set: the document is upserted by word
     document: dict[str, Any] | None = None  # sent as is instead of {"id", "out"}
     bad: bool = False  # the HTTP test server is told to refuse bodies with "bad": true
+    sleep: float = 0  # seconds the task takes (paces a run so a fault lands in its middle)
 
 
 class _OneTaskEach(knarr.BaseHandler[Item, None]):
     async def arrange(self, messages, pending):
-        return [knarr.ExecutorTask(args=[f"out=task-{m.payload.id}"], source_offsets=[m.offset],
+        return [knarr.ExecutorTask(args=[f"out=task-{m.payload.id}", f"sleep={m.payload.sleep}"], source_offsets=[m.offset],
                                    metadata={"item": m.payload.model_dump()})
                 for m in messages if m.payload is not None]
 
