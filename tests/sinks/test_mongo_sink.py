@@ -165,6 +165,6 @@ async def test_an_unreachable_server_fails_connect_naming_the_sink_without_the_p
         await sink.connect()
     await sink.close()
     assert str(raised.value) == (
-        "mongo sink 'docs' (mongodb://knarr:***@127.0.0.1:1/, database 'x'): cannot use the server within 1s: "
-        "127.0.0.1:1: [Errno 111] Connect call failed ('127.0.0.1', 1); check the URI, the credentials and "
-        "the network, or raise sinks.mongo.docs.timeout_seconds")
+        "mongo sink 'docs' (mongodb://knarr:***@127.0.0.1:1/, database 'x'): cannot reach the server within 1s: "
+        "127.0.0.1:1: [Errno 111] Connect call failed ('127.0.0.1', 1); check the URI and the network, "
+        "or raise sinks.mongo.docs.timeout_seconds")

@@ -15,7 +15,7 @@ def test_a_dead_mongo_server_stops_startup_with_exit_code_3_naming_the_sink_and_
                                 "database: results, timeout_seconds: 2}}}\nmetrics: {enabled: false}\n")
     assert proc.returncode == ExitCode.UNAVAILABLE
     assert ("mongo sink 'docs' (mongodb://knarr:***@127.0.0.1:1/?authSource=admin, database 'results'): "
-            "cannot use the server within 2s: 127.0.0.1:1: [Errno 111] Connect call failed") in proc.stderr
+            "cannot reach the server within 2s: 127.0.0.1:1: [Errno 111] Connect call failed") in proc.stderr
     assert "s3cret-pw" not in proc.stderr + proc.stdout
     assert time.monotonic() - started < 30
 

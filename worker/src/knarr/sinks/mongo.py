@@ -112,8 +112,8 @@ def upsert_filter(document: dict[str, Any], keys: list[str]) -> dict[str, Any]:
 
 
 def _refusal(exc: Exception) -> str:
-    """The error's own words, without the topology dump and timeout settings PyMongo appends."""
-    text = _CONFIGURED_TIMEOUTS.sub("", str(exc).split(", Timeout: ")[0])
+    """The error's own words, without the topology dump, timeout settings and raw reply PyMongo appends."""
+    text = _CONFIGURED_TIMEOUTS.sub("", str(exc).split(", Timeout: ")[0].split(", full error: ")[0])
     return mask_value(text)[:1000]
 
 
@@ -156,10 +156,12 @@ class MongoSink:
         except InvalidName as exc:
             raise SinkConnectError(f"{self._where}: {_refusal(exc)}; fix sinks.mongo.{self.name}.database") from None
         except PyMongoError as exc:
-            hint = (f"check the URI, the credentials and the network, or raise sinks.mongo.{self.name}.timeout_seconds"
-                    if is_transient(exc) else "check the URI and the credentials")
-            raise SinkConnectError(f"{self._where}: cannot use the server within {self.config.timeout_seconds:g}s: "
-                                   f"{_refusal(exc)}; {hint}") from None
+            if is_transient(exc):
+                raise SinkConnectError(
+                    f"{self._where}: cannot reach the server within {self.config.timeout_seconds:g}s: {_refusal(exc)}; "
+                    f"check the URI and the network, or raise sinks.mongo.{self.name}.timeout_seconds") from None
+            raise SinkConnectError(f"{self._where}: the server refused the connection: {_refusal(exc)}; "
+                                   "check the URI and the credentials") from None
 
     async def close(self) -> None:
         if self._client is not None:
