@@ -45,6 +45,13 @@ async def test_each_payload_is_one_request_with_its_json_body_and_the_configured
     assert [r["method"] for r in http_server.requests(None)][0] == "OPTIONS"  # the check at connect
 
 
+async def test_a_configured_content_type_replaces_the_json_one(http_server, connected):
+    sink = await connected(make_sink(http_server, headers={"content-type": "application/x-ndjson"}))
+    await sink.deliver([HttpPayload(data={"i": 0})])
+    [sent] = http_server.requests()
+    assert [v for k, v in sent["headers"].items() if k.lower() == "content-type"] == ["application/x-ndjson"]
+
+
 async def test_the_configured_method_is_used(http_server, connected):
     sink = await connected(make_sink(http_server, method="PUT"))
     await sink.deliver([HttpPayload(data={"i": 0})])

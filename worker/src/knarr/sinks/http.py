@@ -94,7 +94,9 @@ class HttpSink:
 
     async def connect(self) -> None:
         cfg = self.config
-        headers = {"Content-Type": "application/json", **cfg.headers}
+        headers = dict(cfg.headers)
+        if not any(name.lower() == "content-type" for name in headers):
+            headers["Content-Type"] = "application/json"
         self._client = httpx.AsyncClient(
             headers=headers, timeout=httpx.Timeout(cfg.timeout_seconds), follow_redirects=False,
             limits=httpx.Limits(max_connections=cfg.max_concurrency, max_keepalive_connections=cfg.max_concurrency),

@@ -28,6 +28,7 @@ from bson.errors import InvalidDocument
 from pymongo import AsyncMongoClient, InsertOne, ReplaceOne
 from pymongo.errors import (
     BulkWriteError,
+    ConfigurationError,
     ConnectionFailure,
     ExecutionTimeout,
     InvalidName,
@@ -155,6 +156,9 @@ class MongoSink:
             await self._client.admin.command("ping")
         except InvalidName as exc:
             raise SinkConnectError(f"{self._where}: {_refusal(exc)}; fix sinks.mongo.{self.name}.database") from None
+        except ConfigurationError as exc:  # a URI PyMongo cannot use (and mongodb+srv:// names that do not resolve)
+            raise SinkConnectError(f"{self._where}: the URI cannot be used: {_refusal(exc)}; "
+                                   f"fix sinks.mongo.{self.name}.uri") from None
         except PyMongoError as exc:
             if is_transient(exc):
                 raise SinkConnectError(
