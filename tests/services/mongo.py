@@ -41,7 +41,7 @@ def _log_tail(state_dir: Path, lines: int = 60) -> str:
         return f"(no server log at {log}: {exc})"
 
 
-def _mongo_sh(command: str, state_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
+def mongo_sh(command: str, state_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     if state_dir is not None:
         env["KNARR_MONGO_STATE_DIR"] = str(state_dir)
@@ -56,7 +56,7 @@ def _mongo_sh(command: str, state_dir: Path | None = None) -> subprocess.Complet
 
 def ensure_mongo(state_dir: Path | None = None) -> str:
     """Start FerretDB (or reuse the running one); return its URI."""
-    proc = _mongo_sh("up", state_dir)
+    proc = mongo_sh("up", state_dir)
     for line in proc.stdout.splitlines():
         if line.startswith("KNARR_TEST_MONGO_URI=") and proc.returncode == 0:
             return line.removeprefix("KNARR_TEST_MONGO_URI=").strip()
@@ -109,7 +109,7 @@ class PrivateMongo:
 
     def stop(self) -> None:
         self.resume()
-        _mongo_sh("down", self.state_dir)
+        mongo_sh("down", self.state_dir)
 
     @property
     def pid(self) -> int:
