@@ -9,4 +9,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # so `tests.*` imports work
 
-pytest_plugins = ["tests.services.kafka", "tests.services.envtest", "tests.services.postgres", "tests.services.redis"]
+pytest_plugins = [
+    "tests.services.kafka", "tests.services.envtest", "tests.services.postgres", "tests.services.redis",
+    "tests.services.mongo", "tests.services.http_server",
+]

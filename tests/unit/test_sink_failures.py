@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from knarr import BaseHandler, CollectResult, FilePayload
 from knarr.api.payloads import DeliveryAction
 from knarr.sinks.base import PermanentSinkError, TransientSinkError
-from knarr.sinks.delivery import Origin, SinkManager
+from knarr.sinks.delivery import DeliveryFailedError, Origin, SinkManager
 from knarr.sinks.dlq import FileDeadLetterQueue
 
 
@@ -118,3 +120,45 @@ async def test_many_deliveries_waiting_for_one_sink_log_one_outage_and_leave_no_
     assert metrics.sink_waiting.labels("out", "filesystem")._value.get() == 0
     assert [e["event"] for e in logged if "unavailable" in e["event"]] == [
         "sink unavailable; deliveries wait and retry (nothing is dead-lettered for an outage)"]
+
+
+class HalfRefusingSink(FlakySink):
+    """A server that stores the even payloads and refuses the odd ones, naming them."""
+
+    def __init__(self) -> None:
+        super().__init__(0, PermanentSinkError(""))
+        self.batches: list[list] = []
+
+    async def deliver(self, payloads: list) -> None:
+        self.batches.append([p.data["i"] for p in payloads])
+        self.delivered.extend(p for p in payloads if p.data["i"] % 2 == 0)
+        refused = [p for p in payloads if p.data["i"] % 2]
+        if refused:
+            raise PermanentSinkError(f"{len(refused)} refused", payloads=refused)
+
+
+async def test_only_the_payloads_a_sink_names_as_refused_are_dead_lettered(tmp_path):
+    sink = HalfRefusingSink()
+    dlq = FileDeadLetterQueue(str(tmp_path / "dlq.jsonl"), "input")
+    manager = SinkManager([sink], dlq, Asking(DeliveryAction.DLQ))
+    await manager.connect_all()
+
+    await manager.deliver(_outputs(4), Origin(partition=0, offsets=(5,)))
+
+    [record] = [json.loads(line) for line in (tmp_path / "dlq.jsonl").read_text().splitlines()]
+    assert record["original_payloads"] == ['{"i":1}', '{"i":3}']
+    assert record["error"] == "PermanentSinkError: 2 refused"
+    assert [p.data["i"] for p in sink.delivered] == [0, 2]
+    assert manager.dead_lettered == 2
+
+
+async def test_a_retry_asked_by_the_handler_sends_only_the_refused_payloads_again():
+    sink = HalfRefusingSink()
+    handler = Asking(DeliveryAction.RETRY)
+    manager = SinkManager([sink], None, handler, max_retries=1, backoff_base=0.001, backoff_max=0.001)
+
+    with pytest.raises(DeliveryFailedError):
+        await manager.deliver(_outputs(4), Origin(partition=0))
+
+    assert sink.batches == [[0, 1, 2, 3], [1, 3]]
+    assert [[p.data["i"] for p in e.payloads] for e in handler.asked] == [[1, 3], [1, 3]]

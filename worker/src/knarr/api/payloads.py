@@ -52,6 +52,11 @@ class PostgresPayload(_Payload):
 
 class MongoPayload(_Payload):
     collection: str
+    upsert_keys: list[str] = Field(
+        default_factory=list,
+        description="Fields that identify the document: when set, a document with the same values is replaced "
+                    "(or inserted when there is none) instead of a new one added.",
+    )
 
 
 class HttpPayload(_Payload):

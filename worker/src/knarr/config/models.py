@@ -182,16 +182,18 @@ class PostgresSinkConfig(SinkBase):
 
 
 class MongoSinkConfig(SinkBase):
-    uri: str = Field(..., min_length=1, description="MongoDB connection URI.")
+    uri: str = Field(..., min_length=1, description="MongoDB connection URI (keep credentials in a Secret / env override).")
     database: str = Field(..., min_length=1, description="Database the payloads' collections live in.")
+    timeout_seconds: float = Field(10, gt=0, le=600, description="Longest wait for the server: to find it, to connect, and for one reply. Past it a delivery waits and retries like any outage (nothing is dead-lettered for it); at startup the worker exits 3.")
 
 
 class HttpSinkConfig(SinkBase):
     url: str = Field(..., min_length=1, description="Endpoint every payload is sent to.")
     method: Literal["POST", "PUT", "PATCH"] = Field("POST", description="HTTP method of each request.")
-    timeout_seconds: float = Field(30, gt=0, le=3_600, description="Longest wait for one response.")
-    headers: dict[str, str] = Field(default_factory=dict, description="Headers added to every request.")
-    max_retries: int = Field(3, ge=0, le=100, description="Retries of a failed request before on_delivery_error decides.")
+    timeout_seconds: float = Field(30, gt=0, le=3_600, description="Longest wait for one response (and for the reachability check at startup).")
+    headers: dict[str, str] = Field(default_factory=dict, description="Headers added to every request (Content-Type is application/json unless set here).")
+    max_retries: int = Field(3, ge=0, le=100, description="Quick retries, with backoff and the server's Retry-After, of a request that met a connection error, a timeout, 408, 429 or 5xx; after them the delivery waits for the server like any outage (nothing is dead-lettered for it).")
+    max_concurrency: int = Field(8, ge=1, le=1_000, description="Requests to this sink in flight at once, across partitions (one request per payload; the server sees them in no particular order).")
 
 
 class RedisSinkConfig(SinkBase):

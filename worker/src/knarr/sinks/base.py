@@ -8,7 +8,8 @@ A sink says what kind of failure it met, because the two call for opposite respo
   dead-lettered. Readiness and ``knarr_sink_waiting`` say which sink is being waited for.
 - :class:`PermanentSinkError` (and any other exception): the server refused *these* payloads
   (a bad column, a 400). Retrying the same batch will not help by itself, so the handler's
-  ``on_delivery_error`` decides: RETRY (bounded), SKIP or DLQ.
+  ``on_delivery_error`` decides: RETRY (bounded), SKIP or DLQ. When the server took some of the
+  batch, the error names the refused payloads and only they go on.
 """
 
 from __future__ import annotations
@@ -48,4 +49,13 @@ class TransientSinkError(Exception):
 
 
 class PermanentSinkError(Exception):
-    """The sink's server refused these payloads; sending them again unchanged would fail again."""
+    """The sink's server refused these payloads; sending them again unchanged would fail again.
+
+    ``payloads`` names the refused ones when the server took the others (confirmed, not to be
+    sent again): only those are handed to ``on_delivery_error``, retried or dead-lettered.
+    ``None`` means the whole batch.
+    """
+
+    def __init__(self, message: str, payloads: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.payloads = payloads

@@ -31,7 +31,7 @@ from knarr.engine.stats import RunStats
 from knarr.errors import FatalError
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
-from knarr.sinks.base import Sink, TransientSinkError
+from knarr.sinks.base import PermanentSinkError, Sink, TransientSinkError
 from knarr.sinks.dlq import task_record
 from knarr.sinks.resolution import resolve_sink
 
@@ -171,6 +171,8 @@ class SinkManager:
                     continue
                 except Exception as exc:
                     metrics.sink_errors.labels(*labels).inc()
+                    if isinstance(exc, PermanentSinkError) and exc.payloads:
+                        payloads = exc.payloads  # the sink took the others: only the refused ones go on
                     error = DeliveryError(
                         sink_name=sink.name, sink_type=sink.sink_type, error=f"{type(exc).__name__}: {exc}",
                         payloads=payloads, attempt=attempt, partition=origin.partition,

@@ -20,6 +20,8 @@ BUILTIN: dict[str, str] = {
     "filesystem": "knarr.sinks.filesystem:FileSink.from_config",
     "postgres": "knarr.sinks.postgres:PostgresSink.from_config",
     "redis": "knarr.sinks.redis:RedisSink.from_config",
+    "mongo": "knarr.sinks.mongo:MongoSink.from_config",
+    "http": "knarr.sinks.http:HttpSink.from_config",
 }
 
 
