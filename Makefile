@@ -78,6 +78,13 @@ bench: setup
 	hack/kafka/kafka.sh up
 	$(UV) run python bench/engine.py $(BENCH_ARGS)
 
+.PHONY: bench-sinks
+
+# Payloads/s per sink (PostgreSQL, Redis, MongoDB wire, HTTP) through knarr's delivery path vs the raw client, as a ratio
+bench-sinks: setup
+	hack/services/services.sh up
+	$(UV) run python bench/sinks.py $(BENCH_ARGS)
+
 .PHONY: bench-backfill
 
 # Messages per second of one workload: the streaming worker vs a Spark backfill on local[2] (local Kafka), and the ratio

@@ -10,6 +10,7 @@ end up inside SQL text: a table or column must be a plain identifier (optionally
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,6 +100,17 @@ class Batch:
         return f"{sql} ON CONFLICT ({keys}) DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in updates)
 
 
+@lru_cache(maxsize=4096)
+def _statement(table: str, columns: tuple[str, ...], conflict: tuple[str, ...]) -> tuple[Table, frozenset[str]]:
+    """The checked table and column set of a (table, columns, upsert keys) shape; checked once per shape,
+    not once per row (a delivery's rows nearly always share one)."""
+    for column in columns:
+        _identifier(column, f"table {table!r}: column")
+    for column in conflict:
+        _identifier(column, f"table {table!r}: on_conflict column")
+    return parse_table(table), frozenset(columns)
+
+
 def batches(payloads: Iterable[Any]) -> list[Batch]:
     """Group payloads (anything with ``table``, ``data`` and ``on_conflict``) into statements.
 
@@ -106,12 +118,11 @@ def batches(payloads: Iterable[Any]) -> list[Batch]:
     """
     grouped: dict[tuple[Table, frozenset[str], tuple[str, ...]], Batch] = {}
     for payload in payloads:
-        table = parse_table(payload.table)
-        row = row_of(payload.data, payload.table)
-        for column in row:
-            _identifier(column, f"table {payload.table!r}: column")
-        conflict = tuple(_identifier(c, f"table {payload.table!r}: on_conflict column") for c in payload.on_conflict)
-        key = (table, frozenset(row), conflict)
+        data = payload.data
+        row = data if type(data) is dict and data else row_of(data, payload.table)
+        conflict = tuple(payload.on_conflict)
+        table, column_set = _statement(payload.table, tuple(row), conflict)
+        key = (table, column_set, conflict)
         batch = grouped.get(key)
         if batch is None:
             batch = grouped[key] = Batch(table, tuple(row), conflict)
