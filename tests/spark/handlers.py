@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pydantic import BaseModel
+
 import knarr
 from knarr.demo.handler import SearchHandler
 
@@ -57,3 +59,33 @@ class FailingTasksHandler(SearchHandler):
     async def arrange(self, messages, pending):
         tasks = await super().arrange(messages, pending)
         return [t.model_copy(update={"args": ["--no-such-option", *t.args]}) for t in tasks]
+
+
+class Numbered(BaseModel):
+    id: int
+
+
+class EverySink(knarr.BaseHandler[Numbered, None]):
+    """One echo task per message ``{"id": n}``; its output goes to PostgreSQL, Redis, MongoDB and HTTP.
+
+    Where each goes is read from ``executor.env`` (the table, key prefix, collection), so the
+    class needs no arguments on the Spark executors.
+    """
+
+    async def on_startup(self, config):
+        self.env = config.executor.env
+        return config
+
+    async def arrange(self, messages, pending):
+        return [knarr.ExecutorTask(args=[str(m.payload.id)], source_offsets=[m.offset])
+                for m in messages if m.payload is not None]
+
+    async def on_task_complete(self, result):
+        n = int(result.stdout.strip())
+        row = {"id": n, "body": f"echo {n}"}
+        return knarr.CollectResult(
+            postgres=[knarr.PostgresPayload(table=self.env["PG_TABLE"], data=row, on_conflict=["id"])],
+            redis=[knarr.RedisPayload(key=str(n), data=row)],
+            mongo=[knarr.MongoPayload(collection=self.env["MONGO_COLLECTION"], data=row, upsert_keys=["id"])],
+            http=[knarr.HttpPayload(data=row)],
+        )
