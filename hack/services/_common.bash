@@ -114,3 +114,22 @@ cmd_logs() {
         *) exec tail -n "$1" "$LOG_FILE" ;;
     esac
 }
+
+cmd_down() {
+    take_lock
+    stop_server
+}
+
+# The entry point of every script: `main "$@"`. The script defines cmd_up, cmd_status and
+# stop_server (and usage); down and logs are the same for all.
+main() {
+    local cmd=${1:-}
+    shift || true
+    case $cmd in
+        up) cmd_up ;;
+        down) cmd_down ;;
+        status) cmd_status ;;
+        logs) cmd_logs "$@" ;;
+        *) usage ;;
+    esac
+}

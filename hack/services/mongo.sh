@@ -45,8 +45,10 @@ STOP_TIMEOUT=${MONGO_STOP_TIMEOUT:-15}
 export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0
 export PATH="$PATH:/usr/local/go/bin"
 
-log() { printf 'mongo.sh: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+NAME=mongo
+LOCK_TIMEOUT=900  # a first `up` builds the server for minutes while holding the lock
+# shellcheck source=hack/services/_common.bash
+source "$SCRIPT_DIR/_common.bash"
 
 usage() {
     sed -n '6,11p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -67,11 +69,6 @@ py() {
 
 # Serialise up/down/status across concurrent callers: fd 9 holds an exclusive lock until exit.
 # Every child we leave running must close fd 9 (9>&-), or it would keep the lock forever.
-take_lock() {
-    mkdir -p "$STATE_DIR"
-    exec 9>"$LOCK_FILE"
-    flock -w 900 9 || die "timed out waiting for $LOCK_FILE (another mongo.sh still running?)"
-}
 
 # ---------------------------------------------------------------- build
 
@@ -263,11 +260,6 @@ cmd_up() {
     echo "KNARR_TEST_MONGO_URI=$uri"
 }
 
-cmd_down() {
-    take_lock
-    stop_server
-}
-
 cmd_status() {
     local pid uri
     if ! pid=$(server_pid); then
@@ -281,28 +273,6 @@ cmd_status() {
     fi
     log "pid $pid is alive but not answering (see: hack/services/mongo.sh logs)"
     return 1
-}
-
-cmd_logs() {
-    [[ -f $LOG_FILE ]] || die "no server log yet at $LOG_FILE (run: hack/services/mongo.sh up)"
-    case ${1:-} in
-        -f) exec tail -n 100 -f "$LOG_FILE" ;;
-        '') exec tail -n 100 "$LOG_FILE" ;;
-        *[!0-9]*) die "logs takes -f or a line count, got: $1" ;;
-        *) exec tail -n "$1" "$LOG_FILE" ;;
-    esac
-}
-
-main() {
-    local cmd=${1:-}
-    shift || true
-    case $cmd in
-        up) cmd_up ;;
-        down) cmd_down ;;
-        status) cmd_status ;;
-        logs) cmd_logs "$@" ;;
-        *) usage ;;
-    esac
 }
 
 main "$@"

@@ -139,11 +139,6 @@ cmd_up() {
     echo "KNARR_TEST_REDIS_URL=$(url "$port")"
 }
 
-cmd_down() {
-    take_lock
-    stop_server
-}
-
 cmd_status() {
     find_binaries
     local pid port
@@ -159,18 +154,6 @@ cmd_status() {
     fi
     log "pid $pid is alive but not answering (see: hack/services/redis.sh logs)"
     return 1
-}
-
-main() {
-    local cmd=${1:-}
-    shift || true
-    case $cmd in
-        up) cmd_up ;;
-        down) cmd_down ;;
-        status) cmd_status ;;
-        logs) cmd_logs "$@" ;;
-        *) usage ;;
-    esac
 }
 
 main "$@"
