@@ -22,7 +22,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tests.services.servers import ScriptedServer, ServiceUnavailable, children_of, private_state_dir
+from tests.services.servers import (
+    ScriptedServer, ServiceUnavailable, children_of, kept_running, private_session_server, private_state_dir,
+)
 
 
 class PostgresServer(ScriptedServer):
@@ -114,27 +116,11 @@ def postgres_dsn() -> str:
 
 @pytest.fixture(scope="session")
 def _private_postgres_server() -> Iterator[PostgresServer]:
-    server = PostgresServer(private_state_dir("postgres"))
-    try:
-        server.start()
-    except ServiceUnavailable as exc:
-        server.remove()
-        pytest.fail(f"private PostgreSQL unavailable:\n{exc}", pytrace=False)
-    try:
-        yield server
-    finally:
-        server.remove()
+    yield from private_session_server(PostgresServer(private_state_dir("postgres")), "PostgreSQL")
 
 
 @pytest.fixture
 def private_postgres(_private_postgres_server: PostgresServer) -> Iterator[PostgresServer]:
     """A PostgreSQL server of the fault tests' own, running and answering when the test starts and
     again after it (whatever the test did to it)."""
-    server = _private_postgres_server
-    server.thaw()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.thaw()
-        server.start()
+    yield from kept_running(_private_postgres_server)

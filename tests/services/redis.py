@@ -15,7 +15,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.services.servers import ScriptedServer, ServiceUnavailable, private_state_dir
+from tests.services.servers import (
+    ScriptedServer, ServiceUnavailable, kept_running, private_session_server, private_state_dir,
+)
 
 
 class RedisServer(ScriptedServer):
@@ -64,27 +66,11 @@ def redis_url() -> str:
 
 @pytest.fixture(scope="session")
 def _private_redis_server() -> Iterator[RedisServer]:
-    server = RedisServer(private_state_dir("redis"))
-    try:
-        server.start()
-    except ServiceUnavailable as exc:
-        server.remove()
-        pytest.fail(f"private Redis unavailable:\n{exc}", pytrace=False)
-    try:
-        yield server
-    finally:
-        server.remove()
+    yield from private_session_server(RedisServer(private_state_dir("redis")), "Redis")
 
 
 @pytest.fixture
 def private_redis(_private_redis_server: RedisServer) -> Iterator[RedisServer]:
     """A Redis server of the fault tests' own, running and answering when the test starts and again
     after it (whatever the test did to it)."""
-    server = _private_redis_server
-    server.thaw()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.thaw()
-        server.start()
+    yield from kept_running(_private_redis_server)

@@ -127,3 +127,31 @@ class ScriptedServer:
             self.stop()
         finally:
             shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def private_session_server(server: ScriptedServer, what: str) -> Iterator[ScriptedServer]:
+    """Body of a session fixture: a private server for the fault tests, removed at the end; a server
+    that cannot start fails the tests that need it, with its log tail."""
+    import pytest
+
+    try:
+        server.start()
+    except ServiceUnavailable as exc:
+        server.remove()
+        pytest.fail(f"private {what} unavailable:\n{exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+def kept_running(server: ScriptedServer) -> Iterator[ScriptedServer]:
+    """Body of a per-test fixture: the server runs and answers when the test starts, and again after
+    it, whatever the test did to it (stopped it, froze it)."""
+    server.thaw()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.thaw()
+        server.start()
