@@ -11,7 +11,7 @@ sink's client library used directly, doing the same batched writes in the same p
 - postgres: one transaction per delivery, ``COPY`` of the rows (asyncpg ``copy_records_to_table``);
 - redis: one pipeline of ``SET key value EX ttl`` per delivery;
 - mongo: one ``insert_many(ordered=True)`` per delivery;
-- http: one POST per payload, ``max_concurrency`` requests of a delivery in flight.
+- http: one POST per payload, ``max_concurrency`` requests of the sink in flight.
 
 The two sides alternate for ``--rounds`` rounds and each side's best round counts, so a slow
 moment of the machine hurts neither side alone. Printed per sink: payloads/s of each and
@@ -178,11 +178,15 @@ def http_case(run: str, concurrency: int) -> Case:
     server = HttpSinkServer(Path(tempfile.mkdtemp(prefix="knarr-bench-http-"))).start()
     paths = {"knarr": f"/knarr/{run}", "raw": f"/raw/{run}"}
 
+    gates: dict[Any, asyncio.Semaphore] = {}
+
     async def raw_setup() -> Any:
-        return httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=concurrency))
+        client = httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=concurrency))
+        gates[client] = asyncio.Semaphore(concurrency)  # per sink, across deliveries: as knarr's max_concurrency
+        return client
 
     async def raw_deliver(client: Any, _n: int, rows: list[dict[str, Any]]) -> None:
-        gate = asyncio.Semaphore(concurrency)
+        gate = gates[client]
 
         async def one(r: dict[str, Any]) -> None:
             async with gate:
