@@ -192,17 +192,23 @@ def test_with_keda_the_trigger_signs_in_with_the_workers_secrets_through_a_trigg
         "sasl.password": {"valueFrom": {"secretKeyRef": {"name": "kafka", "key": "password"}}},
     }
     children = render(sample_spec)
-    kinds = [m["kind"] for m in children.workload]
-    assert kinds[-3:] == ["ConfigMap", "TriggerAuthentication", "ScaledObject"]  # what it points at comes first
-    (trigger,) = children.workload[-1]["spec"]["triggers"]
+    plain, auth, scaled = children.workload[1:4]
+    assert [m["kind"] for m in children.workload][1:5] == ["ConfigMap", "TriggerAuthentication", "ScaledObject", "Deployment"]
+    (trigger,) = scaled["spec"]["triggers"]
     assert trigger["authenticationRef"] == {"name": "search", "kind": "TriggerAuthentication"}
     assert (trigger["metadata"]["tls"], trigger["metadata"]["sasl"]) == ("enable", "scram_sha512")
-    assert children.workload[-2]["spec"] == {
+    assert auth["spec"] == {
         "secretTargetRef": [{"parameter": "password", "name": "kafka", "key": "password"}],
         "configMapTargetRef": [{"parameter": "username", "name": "search-keda-auth", "key": "username"}],
     }
-    assert children.workload[-3]["metadata"]["name"] == "search-keda-auth"
-    assert children.workload[-3]["data"] == {"username": "search"}
+    assert (plain["metadata"]["name"], plain["data"]) == ("search-keda-auth", {"username": "search"})
+
+
+def test_suspending_with_keda_pauses_the_scaled_object_before_the_workers_go_to_zero(sample_spec):
+    sample_spec["scaling"]["engine"] = "keda"
+    sample_spec["suspend"] = True
+    kinds = [m["kind"] for m in render(sample_spec).workload]
+    assert kinds.index("ScaledObject") < kinds.index("Deployment")
 
 
 def test_with_the_builtin_engine_a_leftover_scaled_object_is_removed(sample_spec):

@@ -50,14 +50,10 @@ def render_children(
     keda = spec.scaling.engine == "keda"
     count = 0 if spec.suspend else None if keda else replicas
     workers = deployment(pipeline, spec, config, count, secrets_digest, resume_replicas=resume_replicas, workload_hash=workload_hash)
-    workload = [
-        with_spec_hash(config_map(pipeline, config)),
-        with_spec_hash(workers, ignore=("replicas",)),
-        with_spec_hash(metrics_service(pipeline, config)),
-        with_spec_hash(disruption_budget(pipeline)),
-    ]
+    workload = [with_spec_hash(config_map(pipeline, config))]
     absent: list[tuple[str, str, str]] = []
-    # KEDA's sign-in first, so the ScaledObject never points at a TriggerAuthentication not yet there.
+    # KEDA's objects before the Deployment: suspending pauses the ScaledObject before the workers go to
+    # zero (KEDA would scale them back up in between), and its sign-in comes before what points at it.
     auth = workers_kafka_auth(config) if keda else None
     if auth is not None and auth.plain:
         workload.append(with_spec_hash(keda_auth_config_map(pipeline, auth)))
@@ -71,5 +67,10 @@ def render_children(
         workload.append(with_spec_hash(scaled_object(pipeline, spec.scaling, config, auth, suspended=spec.suspend)))
     else:
         absent.append((KEDA, "ScaledObject", pipeline.name))
+    workload += [
+        with_spec_hash(workers, ignore=("replicas",)),
+        with_spec_hash(metrics_service(pipeline, config)),
+        with_spec_hash(disruption_budget(pipeline)),
+    ]
     backfills = {b.name: spark_application(pipeline, spec, config, b) for b in spec.backfills}
     return Children(workload=workload, backfills=backfills, absent=absent)
