@@ -28,6 +28,7 @@ from tests.operator.cluster_helpers import (
     get,
     install_crds,
     operator_process,
+    patch_pipeline,
     pipeline,
     set_spark_state,
     wait_for,
@@ -113,6 +114,10 @@ def test_with_keda_the_scaled_object_signs_in_through_a_trigger_authentication_a
         "tls": "enable", "sasl": "scram_sha512", "offsetResetPolicy": "earliest", "activationLagThreshold": "25",
         "limitToPartitionsWithLag": "true", "excludePersistentLag": "false",
     }  # fmt: skip
+
+    patch_pipeline(api, ns, "search", {"scaling": {"engine": "builtin"}})
+    wait_for(lambda: not any((get(api, KEDA, "ScaledObject", ns, "search"), get(api, KEDA, "TriggerAuthentication", ns, "search"),
+                              get(api, "v1", "ConfigMap", ns, "search-keda-auth"))), 60, "KEDA's objects removed")
 
 
 def test_a_kafka_sign_in_keda_cannot_use_is_refused_before_anything_rolls_out(api, operator, ns, kafka_bootstrap, topic):
