@@ -144,7 +144,9 @@ def test_a_backfills_spark_application_with_pod_templates_and_a_time_to_live_sur
         assert {"name": "KNARR_EXECUTOR__ENV__API_TOKEN", "valueFrom": {"secretKeyRef": {"name": "api", "key": "token"}}} in container["env"]
         assert {"name": "config", "mountPath": "/etc/knarr", "readOnly": True} in container["volumeMounts"]
         assert {"name": "config", "configMap": {"name": "search-config"}} in stored["spec"][role]["template"]["spec"]["volumes"]
-    assert pipeline(api, ns, "search")["status"]["backfills"][0]["phase"] == "SUBMITTED"
+    # The status is written at the end of the sync that created the SparkApplication.
+    wait_for(lambda: (pipeline(api, ns, "search").get("status", {}).get("backfills") or [{}])[0].get("phase") == "SUBMITTED",
+             30, "the backfill recorded as SUBMITTED")
 
 
 def test_a_backfill_whose_driver_never_starts_by_its_submission_deadline_fails_with_a_reason_and_an_event(api, operator, ns, kafka_bootstrap, topic):
