@@ -102,6 +102,7 @@ crds: setup
 # Regenerate the README's configuration reference and exit-code table from the code
 docs: setup
 	$(UV) run python -m knarr.config.reference --write README.md
+	$(UV) run python -m knarr_operator.settings --write
 
 # Build the operator and worker images with docker or podman, whichever is there
 CONTAINER_TOOL ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)

@@ -19,6 +19,10 @@ from kubernetes.dynamic.exceptions import NotFoundError
 from knarr_operator.crd import crd_paths, repo_root
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# The real CRDs of KEDA and the Spark operator (fixtures/README.md names the versions): the API
+# server validates and prunes what the operator writes as a cluster running them would.
+VENDORED_CRDS = ("keda.sh_scaledobjects.yaml", "keda.sh_triggerauthentications.yaml", "sparkoperator.k8s.io_sparkapplications.yaml")
+SPARK = ("sparkoperator.k8s.io/v1beta2", "SparkApplication")
 T = TypeVar("T")
 
 
@@ -43,9 +47,9 @@ def dynamic(kubeconfig: str) -> DynamicClient:
 
 def install_crds(api: DynamicClient) -> None:
     crds = api.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
-    paths = [crd_paths(repo_root())[0], FIXTURES / "sparkapplications.yaml", FIXTURES / "scaledobjects.yaml"]
+    paths = [crd_paths(repo_root())[0], *(FIXTURES / name for name in VENDORED_CRDS)]
     for path in paths:
-        body = yaml.safe_load(path.read_text())
+        body = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         api.server_side_apply(crds, body=body, field_manager="knarr-tests", force_conflicts=True)
         name = body["metadata"]["name"]
 
@@ -60,7 +64,7 @@ def install_crds(api: DynamicClient) -> None:
 
 def _discoverable(api: DynamicClient) -> bool:
     try:
-        for av, kind in (("knarr.dev/v1alpha1", "Pipeline"), ("sparkoperator.k8s.io/v1beta2", "SparkApplication"), ("keda.sh/v1alpha1", "ScaledObject")):
+        for av, kind in (("knarr.dev/v1alpha1", "Pipeline"), SPARK, ("keda.sh/v1alpha1", "ScaledObject"), ("keda.sh/v1alpha1", "TriggerAuthentication")):
             api.resources.get(api_version=av, kind=kind)
         return True
     except Exception:
@@ -86,7 +90,8 @@ def running_operator(kubeconfig: str, namespace_pattern: str) -> Iterator[Any]:
 
     import knarr_operator.handlers as handlers
 
-    handlers.RESYNC_SECONDS = 1.0
+    # Its settings (the resync interval: 15 s unless KNARR_OPERATOR_RESYNC_SECONDS says otherwise) were
+    # read when this process first imported the module; events, not the timer, drive most tests.
     handlers._cluster = None  # noqa: SLF001  pick up this kubeconfig
     args = ["run", "--standalone", "--namespace", namespace_pattern, "-m", "knarr_operator.handlers", "--verbose"]
     with KopfRunner(args, timeout=60) as runner:
@@ -121,6 +126,14 @@ def get(api: DynamicClient, api_version: str, kind: str, ns: str, name: str) -> 
         return api.resources.get(api_version=api_version, kind=kind).get(name=name, namespace=ns).to_dict()
     except NotFoundError:
         return None
+
+
+def set_spark_state(api: DynamicClient, ns: str, name: str, state: str) -> None:
+    """Write a SparkApplication's state through its status subresource, as the Spark operator's controller does
+    (its CRD requires driverInfo, which the controller fills in once it has submitted the driver)."""
+    status = {"applicationState": {"state": state}, "driverInfo": {"podName": f"{name}-driver"}}
+    api.resources.get(api_version=SPARK[0], kind=SPARK[1]).status.patch(
+        name=name, namespace=ns, body={"status": status}, content_type="application/merge-patch+json")
 
 
 def pipeline(api: DynamicClient, ns: str, name: str) -> dict[str, Any]:

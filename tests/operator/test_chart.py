@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from knarr_operator.settings import OperatorSettings, env_name
+
 from tests.operator.cluster_helpers import dynamic, install_crds, namespace
 from tests.services.envtest import helm_bin
 
@@ -51,6 +53,21 @@ def test_rbac_grants_only_what_the_operator_uses():
     assert granted[("", "events")] == {"create"}
     assert granted[("", "secrets")] == {"get"}  # to hash the referenced ones; never listed or watched
     assert granted[("", "pods")] == {"list"}  # the workers' termination messages, by label selector
+
+
+def test_every_operator_value_reaches_the_operator_as_its_setting():
+    rendered = helm("template", "knarr", str(CHART), "--set", "operator.resyncSeconds=7", "--set", "operator.logLevel=verbose")
+    (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
+    env = {e["name"]: e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert set(env) == {env_name(name) for name in OperatorSettings.model_fields}
+    assert OperatorSettings.from_env(env) == OperatorSettings(resync_seconds=7, log_level="verbose")
+
+
+def test_the_operator_may_manage_keda_trigger_authentications():
+    rendered = helm("template", "knarr", str(CHART))
+    (role,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ClusterRole"]
+    granted = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert granted[("keda.sh", "triggerauthentications")] == granted[("keda.sh", "scaledobjects")] == {"get", "list", "watch", "create", "patch", "delete"}
 
 
 def test_access_to_secrets_can_be_left_out():

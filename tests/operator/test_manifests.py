@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from knarr_operator.manifests import PipelineRef, render_children
 from knarr_operator.manifests.autoscaling import PAUSED_REPLICAS_ANNOTATION
+from knarr_operator.manifests.backfill import pod_templates_kept
 from knarr_operator.manifests.meta import (
     CONFIG_HASH_ANNOTATION,
     RESTART_NONCE_ANNOTATION,
@@ -164,6 +165,52 @@ def test_with_keda_a_scaled_object_owns_the_replica_count(sample_spec):
     assert trigger["metadata"]["lagThreshold"] == "1000"
 
 
+def test_with_keda_the_lag_counts_from_the_earliest_offset_like_the_workers_and_the_spec_tunes_the_trigger(sample_spec):
+    sample_spec["scaling"].update(engine="keda", keda={"activationLagThreshold": 50, "limitToPartitionsWithLag": True, "excludePersistentLag": True})
+    (trigger,) = by_kind(render(sample_spec))["ScaledObject"]["spec"]["triggers"]
+    assert {k: trigger["metadata"][k] for k in ("offsetResetPolicy", "activationLagThreshold", "limitToPartitionsWithLag",
+                                                 "excludePersistentLag", "allowIdleConsumers")} == {
+        "offsetResetPolicy": "earliest", "activationLagThreshold": "50", "limitToPartitionsWithLag": "true",
+        "excludePersistentLag": "true", "allowIdleConsumers": "false",
+    }  # fmt: skip
+
+
+def test_with_keda_and_a_plaintext_broker_there_is_nothing_to_sign_in_with(sample_spec):
+    sample_spec["scaling"]["engine"] = "keda"
+    children = render(sample_spec)
+    assert "authenticationRef" not in by_kind(children)["ScaledObject"]["spec"]["triggers"][0]
+    assert ("keda.sh/v1alpha1", "TriggerAuthentication", "search") in children.absent
+    assert ("v1", "ConfigMap", "search-keda-auth") in children.absent
+
+
+def test_with_keda_the_trigger_signs_in_with_the_workers_secrets_through_a_trigger_authentication(sample_spec):
+    sample_spec["scaling"]["engine"] = "keda"
+    sample_spec["kafka"]["extra"] = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "search",
+        "sasl.password": {"valueFrom": {"secretKeyRef": {"name": "kafka", "key": "password"}}},
+    }
+    children = render(sample_spec)
+    plain, auth, scaled = children.workload[1:4]
+    assert [m["kind"] for m in children.workload][1:5] == ["ConfigMap", "TriggerAuthentication", "ScaledObject", "Deployment"]
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["authenticationRef"] == {"name": "search", "kind": "TriggerAuthentication"}
+    assert (trigger["metadata"]["tls"], trigger["metadata"]["sasl"]) == ("enable", "scram_sha512")
+    assert auth["spec"] == {
+        "secretTargetRef": [{"parameter": "password", "name": "kafka", "key": "password"}],
+        "configMapTargetRef": [{"parameter": "username", "name": "search-keda-auth", "key": "username"}],
+    }
+    assert (plain["metadata"]["name"], plain["data"]) == ("search-keda-auth", {"username": "search"})
+
+
+def test_suspending_with_keda_pauses_the_scaled_object_before_the_workers_go_to_zero(sample_spec):
+    sample_spec["scaling"]["engine"] = "keda"
+    sample_spec["suspend"] = True
+    kinds = [m["kind"] for m in render(sample_spec).workload]
+    assert kinds.index("ScaledObject") < kinds.index("Deployment")
+
+
 def test_with_the_builtin_engine_a_leftover_scaled_object_is_removed(sample_spec):
     children = render(sample_spec)
     assert ("keda.sh/v1alpha1", "ScaledObject", "search") in children.absent
@@ -181,7 +228,33 @@ def test_a_backfill_is_a_spark_application_running_the_backfill_entry_point(samp
         "--report", "/tmp/knarr-backfill-replay-2026-11-01.json",
     ]  # fmt: skip
     assert app["spec"]["executor"]["instances"] == 4
-    assert {"name": "config", "configMap": {"name": "search-config"}} in app["spec"]["volumes"]
+
+
+def test_a_backfill_gets_config_and_credentials_through_pod_templates_not_the_spark_operators_webhook_fields(sample_spec):
+    spec = render(sample_spec).backfills["replay-2026-11-01"]["spec"]
+    for role, container_name in (("driver", "spark-kubernetes-driver"), ("executor", "spark-kubernetes-executor")):
+        assert not {"env", "volumeMounts", "configMaps"} & set(spec[role])  # the webhook's: dropped without it
+        template = spec[role]["template"]["spec"]
+        (container,) = template["containers"]
+        assert container["name"] == container_name
+        assert [e["name"] for e in container["env"]] == ["WORKER_ID", "KNARR_SINKS__POSTGRES__main__DSN", "LOG_EXTRA"]
+        assert {"name": "KNARR_SINKS__POSTGRES__main__DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}} in container["env"]
+        assert {"name": "config", "mountPath": "/etc/knarr", "readOnly": True} in container["volumeMounts"]
+        assert {"name": "config", "configMap": {"name": "search-config"}} in template["volumes"]
+    assert "volumes" not in spec
+
+
+def test_a_finished_backfills_spark_application_lives_for_its_time_to_live(sample_spec):
+    assert render(sample_spec).backfills["replay-2026-11-01"]["spec"]["timeToLiveSeconds"] == 86_400
+    sample_spec["backfills"][0]["timeToLiveSeconds"] = 3600
+    assert render(sample_spec).backfills["replay-2026-11-01"]["spec"]["timeToLiveSeconds"] == 3600
+
+
+def test_the_api_server_dropping_the_pod_templates_is_noticed(sample_spec):
+    app = render(sample_spec).backfills["replay-2026-11-01"]
+    assert pod_templates_kept(app)
+    del app["spec"]["driver"]["template"]  # as a Spark operator before 2.1 prunes it
+    assert not pod_templates_kept(app)
 
 
 def test_an_offset_backfill_passes_partition_offset_pairs_in_partition_order(sample_spec):

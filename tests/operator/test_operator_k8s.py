@@ -24,6 +24,7 @@ from tests.operator.cluster_helpers import (
     patch_pipeline,
     pipeline,
     running_operator,
+    set_spark_state,
     wait_for,
 )
 from tests.operator.conftest import SAMPLE_SPEC
@@ -223,12 +224,11 @@ def test_backfills_become_spark_applications_whose_state_is_mirrored_and_not_rer
     app = wait_for(lambda: get(api, "sparkoperator.k8s.io/v1beta2", "SparkApplication", ns, name), 60, "SparkApplication")
     assert app["spec"]["mainApplicationFile"] == "local:///opt/knarr/spark_entry.py"
     assert app["spec"]["arguments"][:4] == ["--config", "/etc/knarr/config.yaml", "--handler", "search.handler:SearchHandler"]
-    apps_res = api.resources.get(api_version="sparkoperator.k8s.io/v1beta2", kind="SparkApplication")
-    apps_res.patch(name=name, namespace=ns, body={"status": {"applicationState": {"state": "RUNNING"}}}, content_type="application/merge-patch+json")
+    set_spark_state(api, ns, name, "RUNNING")
     wait_for(lambda: pipeline(api, ns, "search").get("status", {}).get("backfills", [{}])[0].get("phase") == "RUNNING", 30, "RUNNING mirrored")
-    apps_res.patch(name=name, namespace=ns, body={"status": {"applicationState": {"state": "COMPLETED"}}}, content_type="application/merge-patch+json")
+    set_spark_state(api, ns, name, "COMPLETED")
     wait_for(lambda: pipeline(api, ns, "search")["status"]["backfills"][0].get("finished"), 30, "COMPLETED recorded")
-    apps_res.delete(name=name, namespace=ns)
+    api.resources.get(api_version="sparkoperator.k8s.io/v1beta2", kind="SparkApplication").delete(name=name, namespace=ns)
     # A sync after the deletion is proven by the lag it reports for new messages.
     produce_json(kafka_bootstrap, topic, [{"i": 1}, {"i": 2}], partition=0)
     wait_for(lambda: pipeline(api, ns, "search")["status"].get("lag") == 2, 30, "a sync after the deletion")

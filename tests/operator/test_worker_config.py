@@ -92,7 +92,7 @@ def test_a_sink_type_the_workers_registry_lacks_is_refused_before_rollout(sample
     # A worker version without filesystem sinks: the operator asks the worker's own registry.
     monkeypatch.delitem(registry.BUILTIN, "filesystem")
     sample_spec["sinks"] = {"filesystem": sample_spec["sinks"]["filesystem"]}
-    with pytest.raises(InvalidConfig, match=r"sinks\.filesystem\.logs: this knarr version has no filesystem sink \(it has: kafka\)"):
+    with pytest.raises(InvalidConfig, match=r"sinks\.filesystem\.logs: this knarr version has no filesystem sink \(it has: http, kafka, mongo, postgres, redis, and plug-ins under sinks\.plugin\); remove it or upgrade knarr"):
         checked(sample_spec)
 
 

@@ -74,6 +74,7 @@ def spec_schema() -> dict[str, Any]:
     scaling = ours["properties"]["scaling"]
     scaling["x-kubernetes-validations"] = SCALING_RULES
     scaling["default"] = {}
+    scaling["properties"]["keda"]["default"] = {}
     ours["properties"]["rollout"]["default"] = {}  # so the API server fills in the deadline and autoRollback
     backfills = ours["properties"]["backfills"]
     backfills["x-kubernetes-validations"] = BACKFILLS_RULES
@@ -113,6 +114,7 @@ def status_schema() -> dict[str, Any]:
             "phase": {"type": "string"},
             "sparkApplication": {"type": "string"},
             "finished": {"type": "boolean", "description": "Completed or failed; never re-run."},
+            "reason": {"type": "string", "description": "Why it failed, when the operator gave up on it (e.g. SubmissionDeadlineExceeded)."},
             "message": {"type": "string"},
         },
     }

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -22,24 +21,28 @@ from typing import Any
 import kopf
 from kubernetes.dynamic.exceptions import ForbiddenError
 
-from knarr_operator.backfills import FINISHED, plan_backfills
+from knarr_operator.backfills import FINISHED, SPARK_OPERATOR_TOO_OLD, Observed, Wanted, failed, plan_backfills
 from knarr_operator.cluster import Cluster, load_client
 from knarr_operator.conditions import CONFIG_REJECTED, DECISIONS, Observation, conditions, merge_transition_times, rejected, workers_ready
 from knarr_operator.credentials import kafka_extra_with_secrets, referenced_secrets, secrets_digest
 from knarr_operator.crd import GROUP, PLURAL, VERSION
 from knarr_operator.failures import Failure, worker_failure
+from knarr_operator.keda_auth import KedaAuthError, workers_kafka_auth
 from knarr_operator.lag import KafkaUnreachable, LagReaders
 from knarr_operator.manifests import PipelineRef, render_children
+from knarr_operator.manifests.backfill import pod_templates_kept
 from knarr_operator.manifests.meta import PIPELINE_LABEL, RESUME_REPLICAS_ANNOTATION, WORKLOAD_HASH_ANNOTATION, selector
 from knarr_operator.manifests.workload import WORKER, last_ready_config_map, last_ready_name
 from knarr_operator.preflight import preflight
 from knarr_operator.rollout import RolloutPlan, RolloutState, plan_rollout, rolled_back_message, with_workload, workload, workload_hash
 from knarr_operator.scaling import ReplicaPlan, decide, plan_replicas
-from knarr_operator.spec import SpecError, split_spec
+from knarr_operator.settings import OperatorSettings
+from knarr_operator.spec import OperatorSpec, SpecError, split_spec
 from knarr_operator.timestamps import format_time, parse_time
 from knarr_operator.worker_config import InvalidConfig, WorkerConfig, render_worker_config
 
-RESYNC_SECONDS = float(os.environ.get("KNARR_OPERATOR_RESYNC_SECONDS", "15"))
+# Read once, when kopf imports this module at startup (the resync timer's interval is fixed then).
+SETTINGS = OperatorSettings.from_env()
 SPARK = ("sparkoperator.k8s.io/v1beta2", "SparkApplication")
 
 _log = logging.getLogger("knarr_operator")
@@ -70,7 +73,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # log lines as events only when posting.loggers is on, which it is not — so keep posting at INFO,
     # or kopf.info() (every Normal event) would be dropped.
     settings.posting.level = logging.INFO
-    settings.execution.max_workers = 8
+    settings.execution.max_workers = SETTINGS.max_workers
 
 
 @kopf.on.cleanup()
@@ -91,7 +94,7 @@ def on_change(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     sync(body, patch)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+@kopf.timer(GROUP, VERSION, PLURAL, interval=SETTINGS.resync_seconds, initial_delay=SETTINGS.resync_seconds)
 def on_resync(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     sync(body, patch)
 
@@ -116,7 +119,8 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
         spec, worker = split_spec(body["spec"])
         config = render_worker_config(worker, spec.env)
         preflight(config)
-    except (SpecError, InvalidConfig) as exc:
+        _check_keda(spec, config)
+    except (SpecError, InvalidConfig, KedaAuthError) as exc:
         _reject(body, patch, status, new_status, str(exc))
         return
 
@@ -155,7 +159,7 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
         if outcome != "unchanged":
             kopf.info(body, reason=outcome.capitalize(), message=f"{outcome} {manifest['kind']} {manifest['metadata']['name']}")
     for api_version, kind, name in children.absent:
-        if api.kind_installed(api_version, kind) and api.get(api_version, kind, ref.namespace, name):
+        if api.kind_installed(api_version, kind) and _owned(api.get(api_version, kind, ref.namespace, name), ref):
             api.delete(api_version, kind, ref.namespace, name)
             kopf.info(body, reason="Deleted", message=f"deleted {kind} {name}")
     _report_suspension(body, api, ref, spec, existing, replicas)
@@ -164,7 +168,8 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
     kafka_error = None
     try:
         extra = kafka_extra_with_secrets(kafka.extra, config_run.secrets, secrets or {})
-        lag = _lag_readers.lag(ref.uid, kafka.brokers, kafka.consumer_group, kafka.source_topic, extra)
+        lag = _lag_readers.lag(ref.uid, kafka.brokers, kafka.consumer_group, kafka.source_topic, extra,
+                               timeout=SETTINGS.lag_timeout_seconds)
         new_status.update(lag=lag.total, partitions=lag.partitions)
     except KafkaUnreachable as exc:
         kafka_error = str(exc)
@@ -176,7 +181,7 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
     if spec.scaling.engine == "builtin" and lag is not None and not spec.suspend:
         desired = _autoscale(body, api, ref, spec.scaling, lag, status, new_status)
 
-    new_status["backfills"] = _sync_backfills(body, api, ref, children.backfills, status)
+    new_status["backfills"] = _sync_backfills(body, api, ref, spec_run, children.backfills, status)
 
     deployment = api.get("apps/v1", "Deployment", ref.namespace, ref.name) or {}
     dep_status = deployment.get("status") or {}
@@ -211,6 +216,17 @@ def _reject(body: Mapping[str, Any], patch: kopf.Patch, status: dict[str, Any], 
     _write_status(patch, status, new_status)
 
 
+def _check_keda(spec: OperatorSpec, config: WorkerConfig) -> None:
+    """With KEDA, its Kafka scaler must be able to sign in as the workers do (raises KedaAuthError)."""
+    if spec.scaling.engine == "keda":
+        workers_kafka_auth(config)
+
+
+def _owned(child: Mapping[str, Any] | None, ref: PipelineRef) -> bool:
+    """Whether ``child`` exists and this Pipeline owns it: an object someone else made by that name is left alone."""
+    return bool(child) and any(o.get("uid") == ref.uid for o in child["metadata"].get("ownerReferences") or [])
+
+
 def _worker_selector(ref: PipelineRef) -> str:
     return ",".join(f"{k}={v}" for k, v in selector(ref, WORKER).items())
 
@@ -242,7 +258,9 @@ def _what_to_run(api: Cluster, ref: PipelineRef, body: Mapping[str, Any], plan: 
         return spec_now
     try:
         spec, worker = split_spec(with_workload(body["spec"], json.loads(data["spec.json"])))
-        return spec, render_worker_config(worker, spec.env), good_hash
+        config = render_worker_config(worker, spec.env)
+        _check_keda(spec, config)
+        return spec, config, good_hash
     except (SpecError, InvalidConfig, ValueError) as exc:
         _log.warning("Pipeline %s/%s: the last ready spec no longer renders (%s); running the current spec", ref.namespace, ref.name, exc)
         return spec_now
@@ -311,31 +329,47 @@ def _autoscale(body: Mapping[str, Any], api: Cluster, ref: PipelineRef, scaling:
     return decision.replicas
 
 
-def _sync_backfills(body: Mapping[str, Any], api: Cluster, ref: PipelineRef, wanted: Mapping[str, dict[str, Any]], status: dict[str, Any]) -> list[dict[str, Any]]:
+def _sync_backfills(body: Mapping[str, Any], api: Cluster, ref: PipelineRef, spec: OperatorSpec,
+                    manifests: Mapping[str, dict[str, Any]], status: dict[str, Any]) -> list[dict[str, Any]]:
     recorded = status.get("backfills") or []
     if not api.kind_installed(*SPARK):
-        if wanted and not any(b.get("phase") == "SparkOperatorMissing" for b in recorded):
+        if manifests and not any(b.get("phase") == "SparkOperatorMissing" for b in recorded):
             kopf.warn(body, reason="SparkOperatorMissing", message="backfills need the Spark operator (SparkApplication CRD); none is installed")
-        return [{"name": n, "phase": "SparkOperatorMissing", "sparkApplication": m["metadata"]["name"], "finished": False} for n, m in wanted.items()]
+        return [{"name": n, "phase": "SparkOperatorMissing", "sparkApplication": m["metadata"]["name"], "finished": False} for n, m in manifests.items()]
     existing = api.list(*SPARK, ref.namespace, f"{PIPELINE_LABEL}={ref.name},app.kubernetes.io/component=backfill")
     observed = {
-        app["metadata"]["name"]: ((app.get("status") or {}).get("applicationState") or {}).get("state")
+        app["metadata"]["name"]: Observed(
+            state=((app.get("status") or {}).get("applicationState") or {}).get("state"),
+            created_at=parse_time(app["metadata"].get("creationTimestamp")),
+        )
         for app in existing
-        if any(o.get("uid") == ref.uid for o in app["metadata"].get("ownerReferences") or [])
+        if _owned(app, ref)
     }
-    plan = plan_backfills({n: m["metadata"]["name"] for n, m in wanted.items()}, recorded, observed)
+    wanted = {b.name: Wanted(manifests[b.name]["metadata"]["name"], b.submission_deadline_seconds) for b in spec.backfills}
+    plan = plan_backfills(wanted, recorded, observed, time.time())
+    statuses = {entry["name"]: entry for entry in plan.statuses}
     for name in plan.submit:
-        api.create(wanted[name])
-        kopf.info(body, reason="BackfillSubmitted", message=f"backfill {name}: created SparkApplication {wanted[name]['metadata']['name']}")
+        app = wanted[name].app
+        stored = api.create(manifests[name])
+        if pod_templates_kept(stored):
+            kopf.info(body, reason="BackfillSubmitted", message=f"backfill {name}: created SparkApplication {app}")
+            continue
+        api.delete(*SPARK, ref.namespace, app)
+        statuses[name] = failed(name, app, SPARK_OPERATOR_TOO_OLD,
+                                "the installed SparkApplication CRD dropped spec.driver.template, which carries the backfill's "
+                                "config and credentials: install the Spark operator 2.1 or later, then add a backfill with a new name")
+    for name in plan.expired:
+        api.delete(*SPARK, ref.namespace, wanted[name].app)
     for app in plan.remove:
         api.delete(*SPARK, ref.namespace, app)
         kopf.info(body, reason="BackfillRemoved", message=f"deleted SparkApplication {app} (its backfill left the spec)")
     before = {b.get("name"): b.get("phase") for b in recorded}
-    for entry in plan.statuses:
+    for entry in statuses.values():
         if entry["phase"] in FINISHED and before.get(entry["name"]) != entry["phase"]:
             post = kopf.info if entry["phase"] == "COMPLETED" else kopf.warn
-            post(body, reason=f"Backfill{entry['phase'].title().replace('_', '')}", message=f"backfill {entry['name']}: {entry['phase']}")
-    return plan.statuses
+            why = f" ({entry['reason']}): {entry['message']}" if entry.get("reason") else ""
+            post(body, reason=f"Backfill{entry['phase'].title().replace('_', '')}", message=f"backfill {entry['name']}: {entry['phase']}{why}")
+    return list(statuses.values())
 
 
 def _write_status(patch: kopf.Patch, old: Mapping[str, Any], new: dict[str, Any]) -> None:

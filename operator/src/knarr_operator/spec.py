@@ -20,14 +20,35 @@ class _Part(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
 
 
+class KedaTrigger(_Part):
+    """How KEDA's Kafka scaler counts the lag (``engine: keda`` only)."""
+
+    activation_lag_threshold: int = Field(
+        0, ge=0, le=1_000_000_000,
+        description="Below this lag the workers may scale to zero (with minReplicas 0); above it KEDA activates them.",
+    )
+    limit_to_partitions_with_lag: bool = Field(
+        False, description="Never more workers than partitions that have lag (not merely than partitions).",
+    )
+    exclude_persistent_lag: bool = Field(
+        False,
+        description="Leave out partitions whose consumer has not moved since the last check (a stuck partition "
+                    "adds no workers: more would not unstick it).",
+    )
+
+
 class Scaling(_Part):
     """How many workers run: a fixed range scaled by consumer lag, by the operator or by KEDA."""
 
-    min_replicas: int = Field(1, ge=0, description="Fewest workers, whatever the lag.")
-    max_replicas: int = Field(10, ge=1, description="Most workers; never more than the source topic's partitions either.")
-    lag_per_replica: int = Field(1000, ge=1, description="Consumer lag (messages) one worker is expected to keep up with.")
-    scale_down_delay_seconds: int = Field(300, ge=0, description="Lag must stay low this long before workers are removed.")
+    min_replicas: int = Field(1, ge=0, le=1000, description="Fewest workers, whatever the lag.")
+    max_replicas: int = Field(10, ge=1, le=1000, description="Most workers; never more than the source topic's partitions either.")
+    lag_per_replica: int = Field(
+        1000, ge=1, le=1_000_000_000,
+        description="Consumer lag (messages) one worker is expected to keep up with (KEDA's lagThreshold).",
+    )
+    scale_down_delay_seconds: int = Field(300, ge=0, le=86_400, description="Lag must stay low this long before workers are removed.")
     engine: Literal["builtin", "keda"] = Field("builtin", description="builtin: the operator scales; keda: a KEDA ScaledObject does.")
+    keda: KedaTrigger = Field(default_factory=KedaTrigger)
 
 
 class RangeEnd(_Part):
@@ -49,12 +70,16 @@ class RangeEnd(_Part):
 class SparkResources(_Part):
     """Size of the Spark job that runs a backfill."""
 
-    executors: int = Field(2, ge=1, description="Spark executor instances.")
-    executor_cores: int = Field(1, ge=1)
+    executors: int = Field(2, ge=1, le=1000, description="Spark executor instances.")
+    executor_cores: int = Field(1, ge=1, le=256)
     executor_memory: str = Field("2g", description="Spark memory string, e.g. 4g.")
-    driver_cores: int = Field(1, ge=1)
+    driver_cores: int = Field(1, ge=1, le=256)
     driver_memory: str = Field("1g")
-    spark_version: str = Field("3.5.3", description="Spark version of the image, as the Spark operator wants it.")
+    spark_version: str = Field(
+        "3.5.3", pattern=r"^([3-9]|[1-9][0-9]+)\.[0-9]+\.[0-9]+$",
+        description="Spark version of the image, as the Spark operator wants it; 3.0.0 or later "
+                    "(the driver and executors get their config and credentials through pod templates).",
+    )
     service_account: str = Field("", description="Service account of the driver (it creates executor pods); empty: the namespace default.")
 
 
@@ -65,6 +90,16 @@ class Backfill(_Part):
     from_: RangeEnd = Field(..., alias="from", description="Start of the range (inclusive).")
     to: RangeEnd = Field(..., description="End of the range (exclusive).")
     spark: SparkResources = Field(default_factory=SparkResources)
+    time_to_live_seconds: int = Field(
+        86_400, ge=60, le=31_536_000,
+        description="The Spark operator deletes the finished SparkApplication (and its driver pod) this long after "
+                    "it ends; the outcome stays in the Pipeline's status.",
+    )
+    submission_deadline_seconds: int = Field(
+        900, ge=10, le=86_400,
+        description="The SparkApplication must be running (or finished) this long after it was created; "
+                    "else the backfill fails (SubmissionDeadlineExceeded) and the SparkApplication is deleted.",
+    )
 
 
 class Resources(_Part):

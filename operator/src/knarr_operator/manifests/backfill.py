@@ -1,4 +1,14 @@
-"""Backfills: each ``spec.backfills[]`` entry becomes one SparkApplication."""
+"""Backfills: each ``spec.backfills[]`` entry becomes one SparkApplication.
+
+The driver and the executors get the workers' config file, credentials and env through
+**pod templates** (``spec.driver.template``, ``spec.executor.template``), never through the
+Spark operator's ``env``/``volumes``/``volumeMounts`` fields: those are applied by its
+mutating webhook, and without the webhook they are dropped silently — the driver would
+start without its config. A template is handed to spark-submit as a file by the Spark
+operator's controller itself (``spark.kubernetes.{driver,executor}.podTemplateFile``), and
+Spark keeps its env (``secretKeyRef`` included) and volumes. It needs Spark >= 3.0 and a
+Spark operator >= 2.1 (older CRDs prune the field: see :func:`pod_templates_kept`).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +21,9 @@ from knarr_operator.worker_config import CONFIG_PATH, WorkerConfig
 
 SPARK_ENTRY = "local:///opt/knarr/spark_entry.py"
 BACKFILL = "backfill"
+# The container names the Spark operator tells Spark to take from the pod templates.
+DRIVER_CONTAINER = "spark-kubernetes-driver"
+EXECUTOR_CONTAINER = "spark-kubernetes-executor"
 
 
 def spark_application_name(pipeline: PipelineRef, backfill: Backfill) -> str:
@@ -35,10 +48,25 @@ def backfill_arguments(handler: str, backfill: Backfill) -> list[str]:
     return args + ["--report", report_path(backfill)]
 
 
+def pod_template(pipeline: PipelineRef, spec: OperatorSpec, config: WorkerConfig, container: str) -> dict[str, Any]:
+    """What a Spark pod shares with a worker pod: the config file, the credentials, the user's env."""
+    return {
+        "spec": {
+            "containers": [{"name": container, "env": worker_env(spec, config), "volumeMounts": config_mounts()}],
+            "volumes": config_volumes(pipeline),
+        }
+    }
+
+
 def spark_application(pipeline: PipelineRef, spec: OperatorSpec, config: WorkerConfig, backfill: Backfill) -> dict[str, Any]:
     spark = backfill.spark
-    pod = {"env": worker_env(spec, config), "volumeMounts": config_mounts(), "labels": {"knarr.dev/backfill": backfill.name}}
-    driver: dict[str, Any] = {"cores": spark.driver_cores, "memory": spark.driver_memory, **pod}
+    labels = {"knarr.dev/backfill": backfill.name}
+    driver: dict[str, Any] = {
+        "cores": spark.driver_cores,
+        "memory": spark.driver_memory,
+        "labels": labels,
+        "template": pod_template(pipeline, spec, config, DRIVER_CONTAINER),
+    }
     if spark.service_account:
         driver["serviceAccount"] = spark.service_account
     manifest = {
@@ -56,10 +84,22 @@ def spark_application(pipeline: PipelineRef, spec: OperatorSpec, config: WorkerC
             "sparkVersion": spark.spark_version,
             # A backfill runs once; the operator never re-submits a finished one.
             "restartPolicy": {"type": "Never"},
-            "volumes": config_volumes(pipeline),
+            "timeToLiveSeconds": backfill.time_to_live_seconds,
             "driver": driver,
-            "executor": {"instances": spark.executors, "cores": spark.executor_cores, "memory": spark.executor_memory, **pod},
+            "executor": {
+                "instances": spark.executors,
+                "cores": spark.executor_cores,
+                "memory": spark.executor_memory,
+                "labels": labels,
+                "template": pod_template(pipeline, spec, config, EXECUTOR_CONTAINER),
+            },
         },
     }
     manifest["metadata"]["labels"]["knarr.dev/backfill"] = backfill.name
     return manifest
+
+
+def pod_templates_kept(stored: dict[str, Any]) -> bool:
+    """Whether the API server kept the pod templates: a Spark operator before 2.1 has no such field and prunes it."""
+    spec = stored.get("spec") or {}
+    return all((spec.get(role) or {}).get("template") for role in ("driver", "executor"))

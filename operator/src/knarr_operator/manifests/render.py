@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from knarr_operator.manifests.autoscaling import scaled_object
+from knarr_operator.keda_auth import workers_kafka_auth
+from knarr_operator.manifests.autoscaling import (
+    KEDA,
+    keda_auth_config_map,
+    keda_auth_config_map_name,
+    scaled_object,
+    trigger_authentication,
+    trigger_authentication_name,
+)
 from knarr_operator.manifests.backfill import spark_application
 from knarr_operator.manifests.meta import PipelineRef, with_spec_hash
 from knarr_operator.manifests.workload import config_map, deployment, disruption_budget, metrics_service
@@ -42,16 +50,27 @@ def render_children(
     keda = spec.scaling.engine == "keda"
     count = 0 if spec.suspend else None if keda else replicas
     workers = deployment(pipeline, spec, config, count, secrets_digest, resume_replicas=resume_replicas, workload_hash=workload_hash)
-    workload = [
-        with_spec_hash(config_map(pipeline, config)),
+    workload = [with_spec_hash(config_map(pipeline, config))]
+    absent: list[tuple[str, str, str]] = []
+    # KEDA's objects before the Deployment: suspending pauses the ScaledObject before the workers go to
+    # zero (KEDA would scale them back up in between), and its sign-in comes before what points at it.
+    auth = workers_kafka_auth(config) if keda else None
+    if auth is not None and auth.plain:
+        workload.append(with_spec_hash(keda_auth_config_map(pipeline, auth)))
+    else:
+        absent.append(("v1", "ConfigMap", keda_auth_config_map_name(pipeline)))
+    if auth is not None and auth.needs_trigger_authentication:
+        workload.append(with_spec_hash(trigger_authentication(pipeline, auth)))
+    else:
+        absent.append((KEDA, "TriggerAuthentication", trigger_authentication_name(pipeline)))
+    if auth is not None:
+        workload.append(with_spec_hash(scaled_object(pipeline, spec.scaling, config, auth, suspended=spec.suspend)))
+    else:
+        absent.append((KEDA, "ScaledObject", pipeline.name))
+    workload += [
         with_spec_hash(workers, ignore=("replicas",)),
         with_spec_hash(metrics_service(pipeline, config)),
         with_spec_hash(disruption_budget(pipeline)),
     ]
-    absent: list[tuple[str, str, str]] = []
-    if keda:
-        workload.append(with_spec_hash(scaled_object(pipeline, spec.scaling, config, suspended=spec.suspend)))
-    else:
-        absent.append(("keda.sh/v1alpha1", "ScaledObject", pipeline.name))
     backfills = {b.name: spark_application(pipeline, spec, config, b) for b in spec.backfills}
     return Children(workload=workload, backfills=backfills, absent=absent)
