@@ -34,13 +34,17 @@ log = get_logger(component="sinks")
 CLOSE_TIMEOUT = 2.0  # a graceful pool close that takes longer is cut short (the worker gives closing 3 s)
 
 
+# One encoder for every value (json.dumps with default= builds a new one per call).
+_JSON = json.JSONEncoder(default=str)
+
+
 def _jsonb_out(value: Any) -> bytes:
     # JSON text as given (asyncpg's own behaviour), anything else encoded, in the binary format COPY needs.
-    return b"\x01" + (value if isinstance(value, str) else json.dumps(value, default=str)).encode()
+    return b"\x01" + (value if isinstance(value, str) else _JSON.encode(value)).encode()
 
 
 def _json_out(value: Any) -> bytes:
-    return (value if isinstance(value, str) else json.dumps(value, default=str)).encode()
+    return (value if isinstance(value, str) else _JSON.encode(value)).encode()
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
