@@ -38,13 +38,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from knarr.engine import containment
-from knarr.engine.capture import FIRST_CHECK_SECONDS, CapturedStream, next_check_delay
+from knarr.engine.capture import FIRST_CHECK_SECONDS, next_check_delay
+from knarr.engine.spawner import SpawnerFailed, leaders, spawner
 
-_STDIN_DEVNULL = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
-
-# Task processes started and not yet reaped by their runner (detached orphans are not here).
-_leaders: set[int] = set()
 
 
 @dataclass(slots=True)
@@ -84,25 +81,6 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _spawn(argv: list[str], stdin: str | None, env: dict[str, str] | None, out: int, err: int) -> int:
-    inp = -1
-    try:
-        if stdin is None:
-            first = _STDIN_DEVNULL
-        else:
-            inp = os.memfd_create("knarr-stdin", os.MFD_CLOEXEC)
-            data = memoryview(stdin.encode())
-            while data:
-                data = data[os.write(inp, data):]
-            os.lseek(inp, 0, os.SEEK_SET)
-            first = (os.POSIX_SPAWN_DUP2, inp, 0)
-        actions = (first, (os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2))
-        return os.posix_spawnp(argv[0], argv, os.environ if env is None else env, file_actions=actions, setsid=True)
-    finally:
-        if inp >= 0:
-            os.close(inp)  # the child has its own descriptor for it
 
 
 def _shown(value: str, limit: int = 60) -> str:
@@ -175,26 +153,16 @@ async def run_process(
 ) -> ProcessOutcome:
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    streams: list[CapturedStream] = []
     try:
-        try:
-            streams.append(CapturedStream("knarr-stdout", max_output_bytes))
-            streams.append(CapturedStream("knarr-stderr", max_output_bytes))
-            out, err = streams
-            pid = _spawn(argv, stdin, env, out.fd, err.fd)
-        except OSError as exc:
-            return _launch_failure(argv, _spawn_error(exc), started)
-        except (ValueError, TypeError) as exc:  # exec refused the arguments themselves (e.g. a NUL byte)
-            return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
-        _leaders.add(pid)
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError as exc:
-            _kill_group(pid)
-            os.waitpid(pid, 0)
-            _leaders.discard(pid)
-            return _launch_failure(argv, exc.strerror or str(exc), started)
-
+        spawned = await spawner().spawn(argv, stdin, env, max_output_bytes)
+    except OSError as exc:
+        return _launch_failure(argv, _spawn_error(exc), started)
+    except (ValueError, TypeError) as exc:  # exec refused the arguments themselves (e.g. a NUL byte)
+        return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
+    except SpawnerFailed as exc:
+        return _launch_failure(argv, str(exc), started)
+    pid, pidfd, out, err = spawned.pid, spawned.pidfd, spawned.out, spawned.err
+    try:
         exited: asyncio.Future[None] = loop.create_future()
         timed_out = False
 
@@ -234,9 +202,9 @@ async def run_process(
             os.close(pidfd)
             _kill_group(pid)
             _, status = os.waitpid(pid, 0)
-            _leaders.discard(pid)
+            leaders.discard(pid)
             if containment.active() is not None:
-                containment.reap_detached(_leaders)
+                containment.reap_detached(leaders)
         duration = round(time.monotonic() - started, 3)
         stdout = out.read()
         if timed_out:
@@ -245,5 +213,5 @@ async def run_process(
         return ProcessOutcome(os.waitstatus_to_exitcode(status), stdout, err.read(), pid, duration,
                               stdout_truncated=out.truncated, stderr_truncated=err.truncated)
     finally:
-        for stream in streams:
-            stream.close()
+        out.close()
+        err.close()
