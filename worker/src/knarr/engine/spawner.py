@@ -18,8 +18,9 @@ Launch failures keep their meaning: exec's errno comes back as the ``OSError`` o
 would raise, and arguments exec cannot take (a NUL byte, a name with '=') as the ``ValueError``
 or ``TypeError``. A request abandoned by its task (cancelled while queued or spawning) is
 cleaned up by whichever side sees it last: its process group is killed and reaped, its
-descriptors closed. If the thread itself fails, the requests it holds fail with that reason
-and the next spawn starts a new thread.
+descriptors closed. An unexpected error while starting one task fails that task only, with
+the reason; if the thread itself dies, the requests it holds fail with that reason and the
+next spawn starts a new thread.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from knarr.engine.capture import CapturedStream
+from knarr.observability.logging import get_logger
 
 _POSIX_SPAWN_SETSID = 0x80  # glibc's value (spawn.h); os exposes the flag only as setsid=True
 _ATTR_BYTES = 512  # sizeof(posix_spawnattr_t) is 336 on glibc x86-64/arm64; room to spare
@@ -71,6 +73,7 @@ def _memfd(name: bytes) -> int:
     return fd
 
 
+log = get_logger(component="spawner")
 _DEVNULL = os.fsencode(os.devnull)
 _WAKE_EVERY = 8
 
@@ -200,8 +203,11 @@ class Spawner:
         """Start ``argv``; raises what os.posix_spawnp would (OSError, ValueError, TypeError) or SpawnerFailed."""
         loop = asyncio.get_running_loop()
         request = _Request(argv, env, stdin, cap, loop, loop.create_future())
-        self._ensure_thread()
-        self._requests.put(request)
+        with self._start_lock:  # a thread that failed drains the queue under this lock: no request is stranded
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="knarr-spawner", daemon=True)
+                self._thread.start()
+            self._requests.put(request)
         try:
             return await request.future
         except asyncio.CancelledError:
@@ -211,14 +217,6 @@ class Spawner:
             if isinstance(result, Spawned):
                 result.discard()
             raise
-
-    def _ensure_thread(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        with self._start_lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._serve, name="knarr-spawner", daemon=True)
-                self._thread.start()
 
     def _deliver(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
@@ -254,6 +252,8 @@ class Spawner:
                     result: Spawned | BaseException = self._start(held)
                 except (OSError, ValueError, TypeError) as exc:
                     result = exc
+                except Exception as exc:  # a bug or an exhausted resource: this task fails, the thread goes on
+                    result = SpawnerFailed(f"the spawner failed on this task ({type(exc).__name__}: {exc})")
                 if self._finish(held, result):
                     unwoken.add(held.loop)
                     finished += 1
@@ -263,9 +263,12 @@ class Spawner:
                                     "the next task starts a new one")
             if held is not None and self._finish(held, failure):
                 unwoken.add(held.loop)
-            unwoken.update(self._fail_queued(failure))
+            with self._start_lock:
+                self._thread = None
+                unwoken.update(self._fail_queued(failure))
             self._wake(unwoken)
-            raise
+            log.error("the spawner thread failed; the tasks it held fail, the next task starts a new one",
+                      error=f"{type(exc).__name__}: {exc}")
 
     def _fail_queued(self, failure: SpawnerFailed) -> set[asyncio.AbstractEventLoop]:
         loops = set()
