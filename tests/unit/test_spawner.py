@@ -44,6 +44,7 @@ class Gate:
         self.real = real
         self.threads: list[int] = []
         self.entered = threading.Event()
+        self.returned = threading.Event()
         self.open = threading.Event()
         if not hold:
             self.open.set()
@@ -52,7 +53,10 @@ class Gate:
         self.threads.append(threading.get_ident())
         self.entered.set()
         self.open.wait(30)
-        return self.real(*args)
+        try:
+            return self.real(*args)
+        finally:
+            self.returned.set()
 
 
 @pytest.fixture
@@ -118,8 +122,16 @@ async def test_a_worker_running_tasks_never_spawns_on_its_event_loop(gate, monke
     assert forbidden == []
 
 
-async def test_a_task_cancelled_while_its_process_is_being_started_leaves_nothing_behind(gate):
+async def test_a_task_cancelled_while_its_process_is_being_started_leaves_nothing_behind(gate, monkeypatch):
     held = gate(hold=True)
+    discarded = threading.Event()
+    real_discard = spawner.Spawned.discard
+
+    def discard(self):
+        real_discard(self)
+        discarded.set()
+
+    monkeypatch.setattr(spawner.Spawned, "discard", discard)
     marker = f"41.{uuid.uuid4().int % 10**6:06d}"
     task = asyncio.create_task(run_process(["sleep", marker], stdin=None, env=None, timeout=60))
     await _until(held.entered.is_set, what="the spawn to begin")
@@ -127,7 +139,8 @@ async def test_a_task_cancelled_while_its_process_is_being_started_leaves_nothin
     with pytest.raises(asyncio.CancelledError):
         await task
     held.open.set()  # the spawn completes after its task gave up: the spawner kills and reaps it
-    await _until(lambda: not spawner.leaders, what="the abandoned child to be reaped")
+    await _until(discarded.is_set, what="the abandoned child to be killed and reaped")
+    assert not spawner.leaders
     assert _alive_with(marker) == []
 
 
@@ -206,3 +219,11 @@ async def test_a_spawner_thread_that_dies_fails_the_tasks_it_held_and_the_next_t
     assert (after.exit_code, after.stdout) == (0, "recovered\n")
     assert spawner.spawner()._thread is not old_thread
     assert not old_thread.is_alive()
+
+
+async def test_an_environment_changed_after_an_earlier_task_used_it_reaches_the_next_task_as_changed():
+    env = {"KNARR_TEST_VALUE": "first"}
+    first = await run_process([BEHAVE, "env=KNARR_TEST_VALUE"], stdin=None, env=env, timeout=10)
+    env["KNARR_TEST_VALUE"] = "second"  # same dict, same size, new value
+    second = await run_process([BEHAVE, "env=KNARR_TEST_VALUE"], stdin=None, env=env, timeout=10)
+    assert (first.stdout, second.stdout) == ("first\n", "second\n")

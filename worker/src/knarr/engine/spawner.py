@@ -157,17 +157,21 @@ def _env_entries(env: dict[str, str]) -> list[bytes]:
 
 
 class _EnvCache:
-    """The encoded environment of the last few dicts seen, by identity (the executor reuses one)."""
+    """The encoded form of the last few environments seen (the executor passes the same one to most tasks).
+
+    Keyed by the dict's identity, checked against a copy: a dict changed since it was encoded is
+    encoded again, never sent stale.
+    """
 
     def __init__(self, size: int = 4) -> None:
-        self._entries: deque[tuple[dict, int, ctypes.Array]] = deque(maxlen=size)
+        self._entries: deque[tuple[dict, dict, ctypes.Array]] = deque(maxlen=size)
 
     def encoded(self, env: dict[str, str]) -> ctypes.Array:
-        for cached, length, array in self._entries:
-            if cached is env and length == len(env):
+        for cached, snapshot, array in self._entries:
+            if cached is env and snapshot == env:
                 return array
         array = _c_strings(_env_entries(env))
-        self._entries.append((env, len(env), array))
+        self._entries.append((env, dict(env), array))
         return array
 
 
