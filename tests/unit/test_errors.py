@@ -21,6 +21,7 @@ INTERNAL = {
     "knarr.sinks.base.PermanentSinkError": "a sink refused a batch: on_delivery_error decides, the DLQ record carries the message",
     "knarr.engine.ledger.ArrangeRefused": "an arrange() result the engine will not run: that part of the window is dead-lettered",
     "knarr.dlq.records.UnreadableRecord": "a DLQ entry that is no record: knarr dlq counts it as unreadable and goes on",
+    "knarr.engine.spawner.SpawnerFailed": "the spawner thread failed on a task: run_process turns it into that task's launch error",
 }
 
 

@@ -227,3 +227,29 @@ async def test_an_environment_changed_after_an_earlier_task_used_it_reaches_the_
     env["KNARR_TEST_VALUE"] = "second"  # same dict, same size, new value
     second = await run_process([BEHAVE, "env=KNARR_TEST_VALUE"], stdin=None, env=env, timeout=10)
     assert (first.stdout, second.stdout) == ("first\n", "second\n")
+
+
+def test_under_containment_no_fast_exiting_task_is_reaped_by_the_sweep_of_detached_processes():
+    """The sweep reaps exited children of other sessions that are not listed tasks; a task's child exists
+    for a moment before the spawner lists it, and must never be taken for a detached one."""
+    import subprocess
+    import sys
+
+    script = """
+import asyncio
+from knarr.engine.containment import contain_tasks
+from knarr.engine.processes import run_process
+
+async def main():
+    async def lane(n):
+        return [await run_process(["true"], stdin=None, env=None, timeout=30) for _ in range(n)]
+    lanes = await asyncio.gather(*(lane(100) for _ in range(4)))
+    outcomes = [o for lane in lanes for o in lane]
+    print(sum(o.exit_code == 0 for o in outcomes), [o.launch_error for o in outcomes if o.exit_code][:3])
+
+with contain_tasks(use_cgroup=False):
+    asyncio.run(main())
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[0] == "400 []"

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from knarr.engine import containment
 from knarr.engine.capture import FIRST_CHECK_SECONDS, next_check_delay
-from knarr.engine.spawner import SpawnerFailed, leaders, spawner
+from knarr.engine.spawner import SpawnerFailed, leaders, listing, spawner
 
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 
@@ -203,8 +203,12 @@ async def run_process(
             _kill_group(pid)
             _, status = os.waitpid(pid, 0)
             leaders.discard(pid)
-            if containment.active() is not None:
-                containment.reap_detached(leaders)
+            # Not while a spawn is under way (its child may exist, unlisted): the next task's end sweeps.
+            if containment.active() is not None and listing.acquire(blocking=False):
+                try:
+                    containment.reap_detached(leaders)
+                finally:
+                    listing.release()
         duration = round(time.monotonic() - started, 3)
         stdout = out.read()
         if timed_out:

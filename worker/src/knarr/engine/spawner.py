@@ -78,9 +78,11 @@ _DEVNULL = os.fsencode(os.devnull)
 _WAKE_EVERY = 8
 
 # Task processes started and not yet reaped by their runner (detached orphans are not here).
-# Added on the spawner thread the moment a child exists, so containment's sweep of exited
-# detached processes can never reap one before its runner knows it.
 leaders: set[int] = set()
+# Held from just before a spawn until its child is in ``leaders``. Containment's sweep of exited
+# detached processes (children in other sessions that are not leaders) runs only when it can
+# take this lock, so it can never reap a task's process that exists but is not listed yet.
+listing = threading.Lock()
 
 
 @dataclass(slots=True)
@@ -324,10 +326,11 @@ class Spawner:
             _actions_dup2(actions, out.fd, 1)
             _actions_dup2(actions, err.fd, 2)
             pid = ctypes.c_int()
-            code = _posix_spawnp(ctypes.byref(pid), argv[0], actions, self._attr, argv, envp)  # GIL released
-            if code:
-                raise OSError(code, os.strerror(code), request.argv[0])
-            leaders.add(pid.value)
+            with listing:
+                code = _posix_spawnp(ctypes.byref(pid), argv[0], actions, self._attr, argv, envp)  # GIL released
+                if code:
+                    raise OSError(code, os.strerror(code), request.argv[0])
+                leaders.add(pid.value)
             try:
                 pidfd = os.pidfd_open(pid.value)
             except OSError:
