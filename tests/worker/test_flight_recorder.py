@@ -204,3 +204,61 @@ async def test_the_fleet_merges_the_databases_of_two_workers_of_one_group(kafka_
     by_worker = {(e["partition"], e["offset"]): e["worker"] for e in merged["events"]}
     assert set(by_worker) == set(produced)
     assert set(by_worker.values()) == {"worker-a", "worker-b"}
+
+
+async def test_a_full_buffer_drops_its_oldest_events_and_counts_them_not_the_work(kafka_bootstrap, tmp_path):
+    from knarr.observability import metrics
+
+    topic, out = topics(kafka_bootstrap)
+    produced = produce_json(kafka_bootstrap, topic, [{"job": f"b{i}", "fanout": 1} for i in range(40)], partition=0)
+    debug = debug_section(tmp_path, max_buffer=100, flush_interval_seconds=600)  # nothing is written meanwhile
+    worker = fanout_worker(kafka_bootstrap, tmp_path, topic, out, debug=debug)
+    dropped_before = metrics.recorder_dropped._value.get()
+    async with running(worker):
+        await wait_until(lambda: committed_offsets(kafka_bootstrap, worker.config.kafka.consumer_group, topic)
+                         == {0: len(produced)}, 60, "every message to be processed and committed")
+        recorder = worker.recorder
+        buffered = list(recorder._buffer)
+        assert len(buffered) == 100 and recorder.dropped > 0
+        assert metrics.recorder_dropped._value.get() - dropped_before == recorder.dropped
+        assert [e[0] for e in buffered] == list(range(recorder._next_id - 100, recorder._next_id))  # the newest
+        assert recorder.dropped + len(buffered) == recorder._next_id - 1
+
+
+async def test_rotation_starts_new_files_and_retention_keeps_the_newest_events(kafka_bootstrap, tmp_path):
+    topic, out = topics(kafka_bootstrap)
+    debug = debug_section(tmp_path, rotation_interval_minutes=0.005, retention_max_events=60)  # a file per 0.3 s
+    worker = fanout_worker(kafka_bootstrap, tmp_path, topic, out, debug=debug)
+    db_dir = Path(debug["db_dir"])
+    seen_files: set[str] = set()
+    async with running(worker):
+        for batch in range(6):
+            await asyncio.to_thread(produce_json, kafka_bootstrap, topic,
+                                    [{"job": f"r{batch}-{i}", "fanout": 2} for i in range(5)], partition=0)
+            seen_files |= {p.name for p in db_dir.glob("knarr-recorder-*.db") if not p.is_symlink()}
+            await asyncio.sleep(0.4)
+        await wait_until(lambda: committed_offsets(kafka_bootstrap, worker.config.kafka.consumer_group, topic)
+                         == {0: 30}, 60, "every message to be committed")
+        last_id = worker.recorder._next_id - 1
+    files = [p for p in db_dir.glob("knarr-recorder-*.db")]
+    assert len(seen_files) >= 3, "rotation should have started several files"
+    assert not any(p.is_symlink() for p in files), "the live link goes with the worker"
+    ids = []
+    for path in files:
+        with sqlite3.connect(path) as conn:
+            ids += [i for (i,) in conn.execute("SELECT id FROM events")]
+            assert conn.execute("SELECT worker FROM worker_config").fetchone()[0] == worker.worker_id
+    assert len(ids) <= 60 and max(ids) == last_id
+    assert sorted(ids) == list(range(last_id - len(ids) + 1, last_id + 1))  # the newest, none missing
+
+
+async def test_retention_by_age_deletes_old_files(kafka_bootstrap, tmp_path):
+    topic, out = topics(kafka_bootstrap)
+    debug = debug_section(tmp_path, rotation_interval_minutes=0.005, retention_hours=0.0003)  # ~1 s
+    worker = fanout_worker(kafka_bootstrap, tmp_path, topic, out, debug=debug)
+    db_dir = Path(debug["db_dir"])
+    async with running(worker):
+        first = await wait_until(lambda: [p for p in db_dir.glob("knarr-recorder-*.db") if not p.is_symlink()],
+                                 10, "the first file")
+        await wait_until(lambda: not first[0].exists(), 30, "the first file to age out")
+        assert Path(worker.recorder.db_path).exists()
