@@ -299,3 +299,14 @@ async def test_the_probe_endpoint_runs_the_probe_or_names_the_missing_module(kaf
                 assert response.status == 501 and "knarr.debug.probe" in body["error"]
             else:
                 assert response.status == 200 and body["group"]["total"] == 2
+
+
+async def test_an_unwritable_db_dir_stops_startup_naming_the_key(kafka_bootstrap, tmp_path):
+    from knarr.errors import UnavailableError
+
+    topic, out = topics(kafka_bootstrap)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    worker = fanout_worker(kafka_bootstrap, tmp_path, topic, out, debug=debug_section(tmp_path, db_dir=str(blocker)))
+    with pytest.raises(UnavailableError, match=r"debug\.db_dir .*a-file"):
+        await asyncio.wait_for(worker.run(), 60)
