@@ -217,6 +217,8 @@ async def test_the_fleet_merges_the_databases_of_two_workers_of_one_group(kafka_
             merged = await get_json(session, first, "/api/fleet/events", kind="message_complete")
     assert sorted(w["worker"] for w in fleet["workers"]) == ["worker-a", "worker-b"]
     assert all(w["debug_url"].startswith("http://127.0.0.1:") for w in fleet["workers"])
+    peer = next(w for w in fleet["workers"] if w["worker"] == "worker-b")  # its state: a worker_state snapshot
+    assert peer["state"]["worker"] == "worker-b" and [p["partition"] for p in peer["state"]["partitions"]] in ([0], [1])
     by_worker = {(e["partition"], e["offset"]): e["worker"] for e in merged["events"]}
     assert set(by_worker) == set(produced)
     assert set(by_worker.values()) == {"worker-a", "worker-b"}
