@@ -114,8 +114,8 @@ async def run_probe(config: KnarrConfig, handler: BaseHandler, message: dict | P
         finished = await _settled(processor, stopped, timeout)
     finally:
         await processor.stop()  # kills what still runs when the probe gave up
-    if msg.parse_error is not None:
-        _with_error(notes, "deserialize_message", f"the value does not parse: {msg.parse_error}")
+    if msg.parse_error is not None:  # the first thing that went wrong, so first in the list
+        notes.errors.insert(0, {"stage": "deserialize_message", "error": f"the value does not parse: {msg.parse_error}"})
     for exc in fatal:
         _with_error(notes, "delivery", str(exc))
     if processor.failure is not None:
