@@ -109,7 +109,8 @@ def docs_table() -> str:
     """The reference table of operator/README.md, between its markers."""
     rows = [DOCS_BEGIN, "", "| chart value | variable | default | range | what |", "| --- | --- | --- | --- | --- |"]
     for name, field in OperatorSettings.model_fields.items():
-        rows.append(f"| `operator.{to_camel(name)}` | `{env_name(name)}` | `{_default(name)}` | {_bounds(name)} | {field.description} |")
+        default = str(_default(name)).lower() if isinstance(_default(name), bool) else _default(name)
+        rows.append(f"| `operator.{to_camel(name)}` | `{env_name(name)}` | `{default}` | {_bounds(name)} | {field.description} |")
     return "\n".join([*rows, "", DOCS_END])
 
 
