@@ -4,37 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.operator.cluster_helpers import (
-    create_pipeline,
-    dynamic,
-    get,
-    install_crds,
-    operator_process,
-    patch_pipeline,
-    wait_for,
-)
+from tests.operator.cluster_helpers import create_pipeline, get, patch_pipeline, wait_for
 from tests.operator.test_operator_k8s import spec_for
 from tests.operator.test_operator_k8s_integrations import secret
 
 pytestmark = [pytest.mark.k8s, pytest.mark.kafka]
 
 OPERATED = "knarr-debug-"  # namespaces this module's operator watches
-
-
-@pytest.fixture(scope="module")
-def api(kubeconfig):
-    client = dynamic(kubeconfig)
-    install_crds(client)
-    return client
-
-
-@pytest.fixture(scope="module")
-def operator(api, kubeconfig, tmp_path_factory):
-    """An operator whose chart allows debug (operator.allowDebug=true)."""
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    with operator_process(kubeconfig, f"{OPERATED}*", log, resync_seconds=2,
-                          settings={"KNARR_OPERATOR_ALLOW_DEBUG": "true"}) as proc:
-        yield proc
+OPERATOR_SETTINGS = {"KNARR_OPERATOR_ALLOW_DEBUG": "true"}  # its chart allows debug (operator.allowDebug)
 
 
 def ports(api, ns: str) -> list[str]:
