@@ -23,11 +23,13 @@ demo-kafka: setup
 	@bootstrap=$$(hack/kafka/kafka.sh up | sed -n 's/^KAFKA_BOOTSTRAP=//p'); \
 	$(UV) run knarr demo --out out/demo-kafka --kafka "$$bootstrap"
 
-# Everything: install, start Kafka and the Kubernetes test control plane, run every test
+# Everything: install, start Kafka, the Kubernetes test control plane and the sink servers, install the
+# headless browser of the debug UI's tests, run every test
 test: setup
 	hack/kafka/kafka.sh up
 	hack/envtest/envtest.sh up
 	hack/services/services.sh up
+	hack/browser/browser.sh up
 	$(UV) run pytest $(PYTEST_ARGS)
 
 # Only the tests that need no service (fast feedback)
