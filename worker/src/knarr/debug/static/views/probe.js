@@ -1,7 +1,7 @@
 // Run one message through the worker's handler (arrange, the real subprocesses, the hooks) without
 // delivering or committing anything, and show what would have been delivered and the group's trace.
 
-import { h, replace, card, notice, pre, fmtJson, fmtMs, table, argsText, oneLine } from "../dom.js";
+import { h, replace, card, notice, pre, fmtJson, fmtMs, table, argsText, oneLine, kv } from "../dom.js";
 import { taskTree, groupStats } from "./shared.js";
 
 const EXAMPLE = '{\n  "key": "k1",\n  "value": {"id": 1},\n  "headers": {},\n  "partition": 0,\n  "offset": 0\n}';
@@ -26,22 +26,44 @@ function payloads(wouldDeliver) {
       pre(list.map((p) => (typeof p === "string" ? p : JSON.stringify(p))).join("\n"), "probe-payloads"))));
 }
 
+function outputsText(outputs) {
+  const parts = Object.entries(outputs || {}).map(([kind, n]) => `${n} ${kind}`);
+  return parts.length ? parts.join(", ") : "nothing";
+}
+
+// What each output hook did: one row per call, with what it returned and whether it raised.
 function stages(byStage) {
-  const entries = Object.entries(byStage || {});
-  if (!entries.length) return null;
-  return card("Hooks", table([
-    { title: "stage", cell: ([stage]) => h("span", { class: "mono" }, stage) },
-    { title: "results", cell: ([, list]) => String(Array.isArray(list) ? list.length : 0), class: "num" },
-    { title: "what they returned", cell: ([, list]) => h("details", {}, h("summary", {}, oneLine(list, 100)), pre(fmtJson(list))) },
-  ], entries, { testid: "probe-stages" }));
+  const rows = Object.entries(byStage || {}).flatMap(([stage, calls]) =>
+    (Array.isArray(calls) ? calls : []).map((call) => ({ stage, call })));
+  return table([
+    { title: "hook", cell: (r) => h("span", { class: "mono" }, r.stage) },
+    { title: "returned", cell: (r) => outputsText(r.call.outputs) },
+    { title: "error", cell: (r) => (r.call.error ? h("span", { class: "bad-text" }, r.call.error) : "–") },
+    { title: "call", cell: (r) => h("details", {}, h("summary", {}, "details"), pre(fmtJson(r.call))) },
+  ], rows, { testid: "probe-stages", empty: "No output hook ran." });
+}
+
+function errorText(e) {
+  if (typeof e === "string") return e;
+  const where = e.where ? ` (at ${e.where})` : "";
+  return e.stage ? `${e.stage}: ${e.error ?? oneLine(e, 1000)}${where}` : oneLine(e, 1000);
+}
+
+function messageCard(message) {
+  if (!message) return null;
+  return card("The message as the handler got it", kv([
+    ["partition / offset", `${message.partition ?? "–"} / ${message.offset ?? "–"}`],
+    ["key", message.key === null || message.key === undefined ? "–" : h("code", {}, String(message.key))],
+    message.parse_error ? ["parse error", h("span", { class: "bad-text", testid: "probe-parse-error" }, String(message.parse_error))] : null,
+    ["payload", pre(fmtJson(message.payload ?? message.value), "probe-payload")],
+  ]));
 }
 
 function render(holder, report, as) {
   const errors = report.errors || [];
   replace(holder,
     notice(`Ran as ${as} in ${fmtMs(report.duration_ms)}: nothing was delivered and no offset was committed.`, "good", "probe-done"),
-    errors.length ? card("Errors", h("ul", { class: "errors", testid: "probe-errors" },
-      errors.map((e) => h("li", {}, typeof e === "string" ? e : oneLine(e, 1000))))) : null,
+    errors.length ? card("Errors", h("ul", { class: "errors", testid: "probe-errors" }, errors.map((e) => h("li", {}, errorText(e))))) : null,
     h("div", { class: "columns" },
       card("Group", groupStats(report.group, "probe-group")),
       card("Arranged tasks", table([
@@ -49,8 +71,14 @@ function render(holder, report, as) {
         { title: "args", cell: (t) => h("code", {}, argsText(t.args)) },
       ], report.arranged || [], { testid: "probe-arranged", empty: "arrange() returned no task." }))),
     card("Would deliver", payloads(report.would_deliver)),
+    report.dead_letters?.length ? card("Would dead-letter", table([
+      { title: "stage", cell: (d) => d.stage ?? "" },
+      { title: "reason", cell: (d) => d.reason ?? "" },
+      { title: "task", cell: (d) => h("span", { class: "mono" }, d.task_id ?? "") },
+    ], report.dead_letters, { testid: "probe-dead-letters" })) : null,
     card("Tasks", h("p", { class: "muted" }, "Replacement tasks hang under the task they replaced."), taskTree(report.tasks, "probe-task-tree")),
-    stages(report.stages));
+    card("Hooks", stages(report.stages)),
+    messageCard(report.message));
 }
 
 export default {

@@ -109,8 +109,11 @@ function taskNode(task, parentStatus) {
       h("div", { class: "task-args" }, h("span", { class: "muted" }, "args "),
         h("code", { testid: "task-args" }, argsText(args))),
       task.reason ? h("div", { class: "task-reason", testid: "task-reason" }, task.reason) : null,
+      task.error && task.error !== task.reason ? h("div", { class: "task-reason" }, String(task.error)) : null,
       output("stdout", task.stdout, "task-stdout"),
-      output("stderr", task.stderr, "task-stderr")));
+      output("stderr", task.stderr, "task-stderr"),
+      task.attempts?.length > 1 ? h("details", { class: "output" }, h("summary", {}, `${task.attempts.length} attempts`),
+        pre(fmtJson(task.attempts), "task-attempts")) : null));
   if (task.children?.length) {
     node.append(h("ul", { class: "tree", testid: "task-children" }, task.children.map((c) => taskNode(c, task.status))));
   }
