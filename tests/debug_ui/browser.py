@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BROWSER_SH = ROOT / "hack" / "browser" / "browser.sh"
 SCREENSHOTS = ROOT / "out" / "screenshots"  # test artefacts (out/ is git-ignored)
 DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"  # the README's pictures: refreshed with KNARR_DOCS_SCREENSHOTS=1
+MAX_SCREENSHOT_HEIGHT = 1800  # px: the top of a long page says enough, and keeps the PNGs small
 INSTALL_HINT = ("install it with `hack/browser/browser.sh up` (apt-get install -y chromium chromium-driver; "
                 "`make test` does this first), or point KNARR_CHROMIUM at a chromium executable")
 
@@ -45,7 +46,9 @@ async def screenshot(page, name: str) -> Path:
     """Save the page as out/screenshots/<name>.png (and docs/screenshots/<name>.png when asked for)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    await page.screenshot(path=str(path), full_page=True)
+    width, height = await page.evaluate("[document.documentElement.clientWidth, document.documentElement.scrollHeight]")
+    clip = {"x": 0, "y": 0, "width": width, "height": min(height, MAX_SCREENSHOT_HEIGHT)}
+    await page.screenshot(path=str(path), full_page=True, clip=clip)
     if os.environ.get("KNARR_DOCS_SCREENSHOTS") == "1":
         DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, DOCS_SCREENSHOTS / path.name)

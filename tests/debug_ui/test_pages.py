@@ -187,11 +187,12 @@ async def test_with_a_token_the_api_refuses_requests_without_it_and_the_page_say
     await expect(page.get_by_test_id("error-banner")).to_be_hidden()
 
 
-@pytest.mark.parametrize("route, testid", [
-    ("tasks?min_ms=0", "slow-table"), ("dlq", "dlq-table"), ("config", "config-view"), ("fleet", "fleet-workers"),
-    ("links", "links-custom"), ("events?kind=task_failed", "events-table"),
+@pytest.mark.parametrize("route, testid, shot", [
+    ("tasks?min_ms=0", "slow-table", "tasks"), ("dlq", "dlq-table", "dlq"), ("config", "config-view", "config"),
+    ("fleet", "fleet-workers", "fleet"), ("links", "links-custom", "links"),
+    ("events?kind=task_failed", "events-table", "events-filtered"),
 ])
-async def test_every_view_renders_from_the_recorder(debug_worker, page, route, testid):
+async def test_every_view_renders_from_the_recorder(debug_worker, page, route, testid, shot):
     errors = PageErrors(page)
     await page.goto(debug_worker.page_url(route))
     await expect(page.get_by_test_id(testid)).to_be_visible()
@@ -217,5 +218,5 @@ async def test_every_view_renders_from_the_recorder(debug_worker, page, route, t
     else:
         await expect(page.locator("[data-testid=event-row]")).not_to_have_count(0)
         await expect(page.locator("[data-testid=event-row]:not([data-kind=task_failed])")).to_have_count(0)
-    await screenshot(page, route.split("?")[0])
+    await screenshot(page, shot)
     errors.check()

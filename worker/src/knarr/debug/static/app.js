@@ -22,6 +22,7 @@ const state = {
   socket: null,
   retryMs: 500,
   liveCount: 0,
+  worker: {}, // what the header shows about the worker
 };
 
 function parseRoute() {
@@ -59,14 +60,16 @@ const ctx = {
     }
   },
   showError,
+  // The header's line about the worker: the overview and the WebSocket's hello each know part of it.
   setWorker(info) {
     if (!info) return;
+    for (const key of ["worker", "consumer_group", "cluster", "topic"]) if (info[key]) state.worker[key] = info[key];
+    const w = state.worker;
     const el = document.getElementById("worker-name");
-    const bits = [info.worker, info.consumer_group && `group ${info.consumer_group}`,
-      info.cluster && `cluster ${info.cluster}`].filter(Boolean);
-    el.textContent = bits.join(" · ");
+    el.textContent = [w.worker, w.topic && `topic ${w.topic}`, w.consumer_group && `group ${w.consumer_group}`,
+      w.cluster && `cluster ${w.cluster}`].filter(Boolean).join(" · ");
     if (info.uptime_seconds !== undefined) el.title = `up ${fmtSeconds(info.uptime_seconds)}`;
-    if (info.worker) document.title = `knarr debug · ${info.worker}`;
+    if (w.worker) document.title = `knarr debug · ${w.worker}`;
   },
 };
 

@@ -27,13 +27,13 @@ export default {
   mount(root, route, ctx) {
     const workers = h("div", {}, notice("Loading…")), merged = h("div", {}, notice("Loading…"));
     root.append(card("Workers of this consumer group", workers),
-      card("Merged timeline", h("p", {}, h("a", { href: "#/events?source=fleet" }, "filter the merged timeline")), merged));
+      card("Merged timeline", h("p", {}, h("a", { href: "#/events?source=fleet" }, "the whole merged timeline, with filters")), merged));
     (async () => {
       try {
         const fleet = await ctx.load(ctx.api.get("fleet"));
         replace(workers, workersTable(fleet.workers),
           h("p", { class: "muted", testid: "fleet-merged" }, `${fmtNum(fleet.merged?.events)} events in the merged databases`));
-        const { events } = await ctx.api.get("fleet/events", { limit: 100 });
+        const { events } = await ctx.api.get("fleet/events", { limit: 30 });
         replace(merged, eventsTable(newestFirst(events || []), { testid: "fleet-events" }).el);
       } catch (err) {
         replace(workers, notice(err.message, "bad"));

@@ -5,17 +5,18 @@ import { h, replace, card, stat, table, fmtNum, fmtMs, fmtSeconds, argsText, kv,
 import { eventsTable, newestFirst, throttle } from "./shared.js";
 
 const REFRESH_MS = 2000;
-const LATEST = 25;
+const LATEST = 15;
 
 function partitionsTable(partitions) {
   return table([
     { title: "partition", cell: (p) => h("a", { href: `#/events?partition=${Number(p.partition)}` }, String(p.partition)), class: "num" },
     { title: "committed", cell: (p) => fmtNum(p.committed), class: "num" },
-    { title: "watermark", cell: (p) => fmtNum(p.watermark), class: "num" },
+    { title: "watermark", cell: (p) => h("span", { title: "the offset the worker may commit next; – when nothing waits" }, fmtNum(p.watermark)), class: "num" },
     { title: "high watermark", cell: (p) => fmtNum(p.high_watermark), class: "num" },
     { title: "lag", cell: (p) => h("span", { class: p.lag > 0 ? "warn-text" : "" }, fmtNum(p.lag)), class: "num" },
     { title: "queued", cell: (p) => fmtNum(p.queued), class: "num" },
     { title: "in flight", cell: (p) => fmtNum(p.in_flight), class: "num" },
+    { title: "state", cell: (p) => (p.stall ? h("span", { class: "warn-text", testid: "partition-stall" }, String(p.stall)) : "ok") },
   ], partitions || [], {
     testid: "partitions-table", empty: "No partitions assigned.",
     rowProps: (p) => ({ testid: "partition-row", dataset: { partition: p.partition } }),
@@ -50,14 +51,16 @@ function render(root, o, latest) {
     h("div", { class: "stats", testid: "overview-stats" },
       stat("messages / s", fmtNum(tp.messages_per_second, 1), "stat-messages-per-second"),
       stat("tasks / s", fmtNum(tp.tasks_per_second, 1), "stat-tasks-per-second"),
-      stat("slots in use", `${fmtNum(pool.in_use)} / ${fmtNum(pool.max)}`, "stat-pool"),
+      stat("slots in use", `${fmtNum(pool.in_use)} / ${fmtNum(pool.max)}`, "stat-pool",
+        pool.waiting ? `${pool.waiting} tasks waiting for a slot` : "no task waiting for a slot"),
       stat("total lag", fmtNum(lag), "stat-lag", "sum over the assigned partitions"),
       stat("backpressure", bp.paused ? "paused" : "flowing", "stat-backpressure",
         bp.paused ? `paused partitions: ${(bp.partitions || []).join(", ")}` : "consuming"),
       stat("uptime", fmtSeconds(o.uptime_seconds), "stat-uptime")),
     h("div", { class: "columns" },
       card("Partitions", partitionsTable(o.partitions)),
-      card("Executor pool", poolBar(pool), slotsTable(pool))),
+      card("Executor pool", poolBar(pool), slotsTable(pool),
+        h("p", { class: "muted small", testid: "pool-waiting" }, `${fmtNum(pool.waiting ?? 0)} task(s) waiting for a slot`))),
     h("div", { class: "columns" },
       card("Backpressure", bp.paused
         ? notice(`Paused: partitions ${(bp.partitions || []).join(", ")} wait for the pipeline to catch up.`, "warn", "backpressure-state")

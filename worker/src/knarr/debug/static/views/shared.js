@@ -4,7 +4,7 @@ import { h, table, timeCell, fmtMs, traceLink, oneLine, fmtJson, pre, field, arg
 
 export const EVENT_KINDS = [
   "consumed", "window_arranged", "task_queued", "task_started", "task_finished", "task_failed", "task_replaced",
-  "message_complete", "window_complete", "delivered", "dead_lettered", "committed", "assigned", "revoked",
+  "task_complete", "message_complete", "window_complete", "delivered", "dead_lettered", "committed", "assigned", "revoked",
   "backpressure_on", "backpressure_off",
 ];
 
@@ -24,6 +24,11 @@ export function eventSummary(event) {
     case "delivered": return `${d.count ?? "?"} to ${d.sink ?? "?"}${d.stage ? ` (${d.stage})` : ""}`;
     case "dead_lettered": return `${d.reason ?? ""}${d.stage ? ` (${d.stage})` : ""}`;
     case "task_queued": return d.offsets ? `for offsets ${d.offsets.join(", ")}` : oneLine(d);
+    case "task_complete": return `on_task_complete: ${d.output_message_count ?? 0} output${d.output_message_count === 1 ? "" : "s"}`;
+    case "consumed": return `${d.size ?? "?"} bytes${d.key !== null && d.key !== undefined ? `, key ${oneLine(d.key, 60)}` : ""}`;
+    case "window_arranged": return `window ${d.window_id ?? "?"}: ${d.tasks ?? "?"} tasks for offsets ${(d.offsets || []).join(", ")}`;
+    case "window_complete": return `window ${d.window_id ?? "?"}: ${d.task_count ?? "?"} tasks, ${d.output_message_count ?? 0} outputs`;
+    case "assigned": case "revoked": return `partitions ${(d.partitions || []).join(", ")}${d.lost ? " (lost)" : ""}`;
     default: return Object.keys(d).length ? oneLine(d) : "";
   }
 }
@@ -46,10 +51,10 @@ function eventRow(event, fresh) {
   h("td", { class: "nowrap" }, timeCell(event.ts)),
   h("td", {}, kindBadge(event.kind)),
   h("td", { class: "nowrap" }, traceLink(event.partition, event.offset)),
-  h("td", { class: "mono" }, event.task_id ?? ""),
+  h("td", { class: "mono nowrap" }, event.task_id ?? ""),
   h("td", { class: "num nowrap" }, event.duration_ms === null || event.duration_ms === undefined ? "" : fmtMs(event.duration_ms)),
   h("td", { class: "summary" }, eventSummary(event)),
-  h("td", { class: "muted" }, event.worker ?? ""));
+  h("td", { class: "muted nowrap" }, event.worker ?? ""));
   return [row, details];
 }
 
@@ -108,7 +113,8 @@ function taskNode(task, parentStatus) {
     h("div", { class: `task task-${task.status ?? "unknown"}` }, head,
       h("div", { class: "task-args" }, h("span", { class: "muted" }, "args "),
         h("code", { testid: "task-args" }, argsText(args))),
-      task.reason ? h("div", { class: "task-reason", testid: "task-reason" }, task.reason) : null,
+      task.reason ? h("div", { class: "task-reason" }, h("span", { class: "muted" }, "reason "),
+        h("span", { testid: "task-reason" }, task.reason)) : null,
       task.error && task.error !== task.reason ? h("div", { class: "task-reason" }, String(task.error)) : null,
       output("stdout", task.stdout, "task-stdout"),
       output("stderr", task.stderr, "task-stderr"),
