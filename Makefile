@@ -66,6 +66,14 @@ services-up:
 services-down:
 	hack/services/services.sh down
 
+.PHONY: screenshots
+
+# The debug UI's browser tests, keeping their screenshots as the README's (docs/screenshots/*.png)
+screenshots: setup
+	hack/kafka/kafka.sh up
+	hack/browser/browser.sh up
+	KNARR_DOCS_SCREENSHOTS=1 $(UV) run pytest tests/debug_ui $(PYTEST_ARGS)
+
 .PHONY: bench-fairness
 
 # A trickling partition's task latency beside a partition flooded with 10,000 tasks, vs the trickle alone (local Kafka)

@@ -42,14 +42,15 @@ async def launch(playwright, executable: str):
                                             args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
 
 
-async def screenshot(page, name: str) -> Path:
-    """Save the page as out/screenshots/<name>.png (and docs/screenshots/<name>.png when asked for)."""
+async def screenshot(page, name: str, docs: bool = False) -> Path:
+    """Save the page as out/screenshots/<name>.png; a ``docs`` one also as docs/screenshots/<name>.png
+    when KNARR_DOCS_SCREENSHOTS=1 (`make screenshots`), for the README."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     width, height = await page.evaluate("[document.documentElement.clientWidth, document.documentElement.scrollHeight]")
     clip = {"x": 0, "y": 0, "width": width, "height": min(height, MAX_SCREENSHOT_HEIGHT)}
     await page.screenshot(path=str(path), full_page=True, clip=clip)
-    if os.environ.get("KNARR_DOCS_SCREENSHOTS") == "1":
+    if docs and os.environ.get("KNARR_DOCS_SCREENSHOTS") == "1":
         DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, DOCS_SCREENSHOTS / path.name)
     return path

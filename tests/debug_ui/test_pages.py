@@ -4,7 +4,7 @@ The worker (conftest.py) ran three messages before these tests: a job whose firs
 twice on "out of memory" and whose second range fails for good, a plain job, and a message that
 is no job (dead-lettered). Each test opens the page as an operator would, with ?token=, and
 checks what the page shows against what the worker and its handler saw. Screenshots land in
-out/screenshots/ (KNARR_DOCS_SCREENSHOTS=1 also refreshes docs/screenshots/ for the README).
+out/screenshots/ (`make screenshots` also refreshes the README's, in docs/screenshots/).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ async def test_the_overview_shows_partitions_with_offsets_and_lag_the_pool_and_t
     await expect(page.get_by_test_id("overview-events").locator("[data-testid=event-row]").first).to_be_visible()
     await expect(page.get_by_test_id("worker-name")).to_contain_text(debug_worker.worker.worker_id)
     await expect(page.get_by_test_id("ws-status")).to_have_text("live")
-    await screenshot(page, "overview")
+    await screenshot(page, "overview", docs=True)
     errors.check()
 
 
@@ -97,7 +97,7 @@ async def test_a_message_trace_shows_every_task_with_exit_code_and_output_and_re
 
     await expect(page.get_by_test_id("trace-deliveries").locator("tbody tr:not(.empty)")).to_have_count(1)
     await expect(page.get_by_test_id("trace-commit")).to_contain_text("offset")
-    await screenshot(page, "trace")
+    await screenshot(page, "trace", docs=True)
     errors.check()
 
 
@@ -128,7 +128,7 @@ async def test_a_message_produced_while_the_events_page_is_open_arrives_live_ove
     await expect(page.locator("[data-testid=event-row][data-kind=task_finished].fresh").first).to_be_visible(timeout=60_000)
     assert await page.evaluate("window.__sameDocument") is True  # no reload happened
     await expect(page.get_by_test_id("live-count")).not_to_have_text("0 live")
-    await screenshot(page, "events")
+    await screenshot(page, "events", docs=True)
     errors.check()
 
 
@@ -152,7 +152,7 @@ async def test_the_probe_runs_a_pasted_message_and_shows_would_be_deliveries_and
     await expect(deliveries.locator(".sink")).to_have_count(1)
     payload = await deliveries.get_by_test_id("probe-payloads").text_content()
     assert json.loads(payload.splitlines()[0])["data"] == {"job_id": "probed", "numbers": [0, 1, 2, 3], "tasks": 3, "replaced": 1}
-    await screenshot(page, "probe")
+    await screenshot(page, "probe", docs=True)
 
     # Nothing left the worker: no output produced, no offset committed.
     assert await asyncio.to_thread(end_offsets, debug_worker.bootstrap, debug_worker.out) == produced
@@ -218,5 +218,5 @@ async def test_every_view_renders_from_the_recorder(debug_worker, page, route, t
     else:
         await expect(page.locator("[data-testid=event-row]")).not_to_have_count(0)
         await expect(page.locator("[data-testid=event-row]:not([data-kind=task_failed])")).to_have_count(0)
-    await screenshot(page, shot)
+    await screenshot(page, shot, docs=shot in ("tasks", "fleet", "config"))
     errors.check()

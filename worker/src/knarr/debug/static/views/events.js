@@ -49,7 +49,10 @@ export default {
     const holder = h("div");
     root.append(form, status, holder);
 
-    let list = null, stopped = false;
+    let list = null, stopped = false, loaded = 0, arrived = 0, note = "";
+    const showCount = () => {
+      status.textContent = `${loaded} event${loaded === 1 ? "" : "s"}${arrived ? ` + ${arrived} live` : ""}, newest first${note}`;
+    };
     (async () => {
       const params = { kind: f.kind, partition: f.partition, offset: f.offset, task_id: f.task_id, limit: f.limit };
       try {
@@ -58,16 +61,21 @@ export default {
         const events = newestFirst(answer.events || []);
         list = eventsTable(events, { max: Number(f.limit) || 500 });
         replace(holder, list.el);
-        status.textContent = `${events.length} event${events.length === 1 ? "" : "s"}, newest first`
-          + (answer.truncated ? ` — only the latest ${events.length} (debug.max_ui_rows or rows); narrow the filters to see older ones` : "")
+        loaded = events.length;
+        note = (answer.truncated ? ` — only the latest ${events.length} (debug.max_ui_rows or rows); narrow the filters to see older ones` : "")
           + (f.source === "fleet" ? " — merged over the consumer group's workers" : "");
+        showCount();
       } catch (err) {
         replace(status, notice(err.message, "bad", "events-error"));
       }
     })();
     return {
       onEvent(event) {
-        if (list && live.checked && f.source !== "fleet" && matches(event, f)) list.prepend(event);
+        if (list && live.checked && f.source !== "fleet" && matches(event, f)) {
+          list.prepend(event);
+          arrived += 1;
+          showCount();
+        }
       },
       unmount() { stopped = true; },
     };
