@@ -160,6 +160,25 @@ async def test_the_probe_runs_a_pasted_message_and_shows_would_be_deliveries_and
     errors.check()
 
 
+async def test_an_uploaded_file_holding_only_the_value_is_probed_as_the_message_value(debug_worker, page, tmp_path):
+    errors = PageErrors(page)
+    upload = tmp_path / "job.json"
+    upload.write_text(json.dumps({"job_id": "uploaded", "ranges": [[5, 7], [200, 201]], "note": "from a file"}))
+    await page.goto(debug_worker.page_url("probe"))
+    await page.get_by_test_id("probe-file").set_input_files(str(upload))
+    await expect(page.get_by_test_id("probe-input")).to_have_value(upload.read_text())
+    await page.get_by_test_id("probe-run").click()
+
+    await expect(page.get_by_test_id("probe-done")).to_contain_text("the message's value", timeout=120_000)
+    group = page.get_by_test_id("probe-group")
+    for name, value in (("total", 2), ("succeeded", 1), ("failed", 1), ("replaced", 0)):
+        await expect(group.get_by_test_id(f"group-{name}")).to_have_text(str(value))
+    failed = page.locator("[data-testid=probe-task-tree] [data-testid=task-node][data-status=failed]")
+    await expect(failed.get_by_test_id("task-stderr")).to_contain_text("bad input 200-201")
+    await expect(page.get_by_test_id("probe-payload")).to_contain_text('"job_id": "uploaded"')
+    errors.check()
+
+
 async def test_with_a_token_the_api_refuses_requests_without_it_and_the_page_says_how_to_pass_it(debug_worker, page):
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{debug_worker.url}/api/overview") as response:
