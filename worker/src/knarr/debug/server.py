@@ -32,9 +32,9 @@ STATIC_DIR = Path(__file__).parent / "static"
 CHUNK = 256 * 1024
 
 
-class BadRequest(web.HTTPBadRequest):
-    def __init__(self, reason: str) -> None:
-        super().__init__(text=_json_text({"error": reason}), content_type="application/json")
+def bad_request(reason: str) -> web.HTTPBadRequest:
+    """A 400 answer saying what is wrong with the request, as JSON like every other answer."""
+    return web.HTTPBadRequest(text=_json_text({"error": reason}), content_type="application/json")
 
 
 class DebugServer:
@@ -219,9 +219,9 @@ class DebugServer:
         try:
             body = await request.json()
         except ValueError:
-            raise BadRequest("the body must be JSON: {\"message\": {\"key\": ..., \"value\": ...}}") from None
+            raise bad_request("the body must be JSON: {\"message\": {\"key\": ..., \"value\": ...}}") from None
         if not isinstance(body, dict) or not isinstance(body.get("message"), dict):
-            raise BadRequest("the body must be {\"message\": {\"key\": ..., \"value\": ..., \"headers\"?: {...}}}")
+            raise bad_request("the body must be {\"message\": {\"key\": ..., \"value\": ..., \"headers\"?: {...}}}")
         try:
             from knarr.debug.probe import run_probe
         except ModuleNotFoundError as exc:
@@ -255,7 +255,7 @@ def _int(value: str, name: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise BadRequest(f"{name} must be a whole number, got {value[:50]!r}") from None
+        raise bad_request(f"{name} must be a whole number, got {value[:50]!r}") from None
 
 
 def _number(value: str | None, name: str, default: float) -> float:
@@ -264,7 +264,7 @@ def _number(value: str | None, name: str, default: float) -> float:
     try:
         return float(value)
     except ValueError:
-        raise BadRequest(f"{name} must be a number, got {value[:50]!r}") from None
+        raise bad_request(f"{name} must be a number, got {value[:50]!r}") from None
 
 
 def _safe(name: str) -> str:
