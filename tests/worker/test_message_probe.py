@@ -184,3 +184,14 @@ async def test_a_message_that_takes_longer_than_the_probe_allows_is_stopped_and_
     assert time.monotonic() - started < 15
     assert [e["stage"] for e in report["errors"]] == ["probe"] and "within 1s" in report["errors"][0]["error"]
     assert report["tasks"][0]["status"] == "unfinished" and report["group"]["closed"] is False
+
+
+async def test_tasks_waiting_for_one_of_the_probes_slots_show_how_long_they_waited():
+    handler = FanOut()
+    report = await run_probe(config(), handler, {"value": {"id": "w", "fanout": 3, "sleep": {"0": 0.5, "1": 0.5, "2": 0.5}}},
+                             slots=1)
+
+    waits = sorted(node["slot_wait_ms"] for node in report["tasks"])
+    # One slot: the second task waits for the first (>= 0.5 s), the third for both (>= 1 s).
+    assert waits[1] >= 450 and waits[2] >= 950, waits
+    assert report["group"]["succeeded"] == handler.groups[0].succeeded == 3

@@ -84,8 +84,12 @@ def source_message(message: ProbeMessage, topic: str) -> SourceMessage:
 
 
 async def run_probe(config: KnarrConfig, handler: BaseHandler, message: dict | ProbeMessage,
-                    timeout: float = DEFAULT_TIMEOUT_SECONDS) -> dict[str, Any]:
-    """Run ``message`` through ``handler``'s pipeline as ``config`` describes it; the report (see module doc)."""
+                    timeout: float = DEFAULT_TIMEOUT_SECONDS, slots: int | None = None) -> dict[str, Any]:
+    """Run ``message`` through ``handler``'s pipeline as ``config`` describes it; the report (see module doc).
+
+    The tasks get a pool of their own, ``slots`` wide (default ``executor.max_executors``): inside a
+    running worker, a smaller one keeps a probe from crowding the worker's own tasks.
+    """
     started = time.monotonic()
     try:
         probe_message = message if isinstance(message, ProbeMessage) else parse_message(message)
@@ -95,7 +99,7 @@ async def run_probe(config: KnarrConfig, handler: BaseHandler, message: dict | P
     notes = Notes()
     executor_config = config.executor.model_copy(update={"window_linger_ms": 0})  # one message: no window to fill
     probed = ProbeHandler(handler, notes)
-    scheduler = ProbeScheduler(executor_config.max_executors, executor_config.max_per_partition)
+    scheduler = ProbeScheduler(slots or executor_config.max_executors, executor_config.max_per_partition)
     fatal: list[BaseException] = []
     stopped = asyncio.Event()
 
@@ -128,10 +132,11 @@ async def run_probe(config: KnarrConfig, handler: BaseHandler, message: dict | P
 
 async def _settled(processor: PartitionProcessor, stopped: asyncio.Event, timeout: float) -> bool:
     """Wait until the message's window is finished (True), a fatal error stopped it, or ``timeout``."""
-    drained = asyncio.ensure_future(processor.drain(timeout))
+    # The drain's own deadline comes later, so it never logs a timeout meant for a worker's shutdown.
+    drained = asyncio.ensure_future(processor.drain(timeout * 2))
     fatal = asyncio.ensure_future(stopped.wait())
     try:
-        await asyncio.wait({drained, fatal}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({drained, fatal}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for waiting in (drained, fatal):
             waiting.cancel()
