@@ -101,6 +101,20 @@ async def test_a_message_trace_shows_every_task_with_exit_code_and_output_and_re
     errors.check()
 
 
+async def test_a_failed_task_links_to_the_trace_of_its_message(debug_worker, page):
+    errors = PageErrors(page)
+    group = debug_worker.handler.groups[debug_worker.offsets["split"]]
+    [error] = group.errors
+    await page.goto(debug_worker.page_url("tasks"))
+    row = page.get_by_test_id("failed-table").locator(f'[data-testid=task-row][data-task-id="{error.task.task_id}"]')
+    await row.get_by_test_id("task-trace-link").click()
+
+    await expect(page).to_have_url(re.compile(rf"#/trace/0/{debug_worker.offsets['split']}$"))
+    item = node(page.get_by_test_id("task-tree"), error.task.task_id)
+    await expect(item).to_have_attribute("data-status", "failed")
+    errors.check()
+
+
 async def test_untrusted_message_text_is_shown_as_text_and_never_run(debug_worker, page):
     offset = debug_worker.offsets["split"]
     await page.goto(debug_worker.page_url(f"trace/0/{offset}"))

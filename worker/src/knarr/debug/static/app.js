@@ -114,6 +114,9 @@ function connect() {
     try { event = JSON.parse(message.data); } catch { return; }
     if (event.type === "hello") {
       ctx.setWorker(event);
+      if (event.ws_min_duration_ms) {
+        setLive("live", `events arrive as they are recorded (those shorter than ${event.ws_min_duration_ms} ms are not pushed: debug.ws_min_duration_ms)`);
+      }
       return;
     }
     if (event.type && !event.kind) return;
@@ -150,3 +153,5 @@ buildNav();
 window.addEventListener("hashchange", render);
 render();
 connect();
+// The header names the worker, its topic and group on every view, not only after the overview loaded.
+api.get("overview").then((o) => ctx.setWorker(o), () => { /* the view's own load reports the error */ });

@@ -1,5 +1,6 @@
 // Pieces more than one view shows: the events table, a task tree, a throttle for live refreshes.
 
+import * as api from "../api.js";
 import { h, table, timeCell, fmtMs, traceLink, oneLine, fmtJson, pre, field, argsText } from "../dom.js";
 
 export const EVENT_KINDS = [
@@ -39,6 +40,34 @@ export function kindBadge(kind) {
   return h("span", { class: `badge badge-${tone}`, testid: "event-kind" }, kind);
 }
 
+// Task events name their task, not their message: the task's task_queued event knows the offsets,
+// so the link asks for it when clicked and opens that message's trace.
+export function taskTraceLink(taskId, partition) {
+  if (!taskId) return "–";
+  const link = h("a", {
+    href: "#", class: "nowrap", testid: "task-trace-link", title: "open the trace of this task's message",
+    onclick: async (e) => {
+      e.preventDefault();
+      e.stopPropagation();
+      try {
+        const { events } = await api.get("events", { kind: "task_queued", task_id: taskId, limit: 1 });
+        const queued = events?.[0];
+        const offset = queued ? queued.offset ?? queued.data?.offsets?.[0] : null;
+        if (offset === null || offset === undefined) link.textContent = "not recorded";
+        else window.location.hash = `#/trace/${Number(queued.partition ?? partition)}/${Number(offset)}`;
+      } catch (err) {
+        link.textContent = err.message;
+      }
+    },
+  }, partition === null || partition === undefined ? "trace →" : `p${partition} → trace`);
+  return link;
+}
+
+function messageCell(event) {
+  if (event.offset === null || event.offset === undefined) return event.task_id ? taskTraceLink(event.task_id, event.partition) : "–";
+  return traceLink(event.partition, event.offset);
+}
+
 function eventRow(event, fresh) {
   const details = h("tr", { class: "details", hidden: true },
     h("td", { colspan: 7 }, pre(fmtJson(event.data ?? {}), "event-data")));
@@ -50,7 +79,7 @@ function eventRow(event, fresh) {
   },
   h("td", { class: "nowrap" }, timeCell(event.ts)),
   h("td", {}, kindBadge(event.kind)),
-  h("td", { class: "nowrap" }, traceLink(event.partition, event.offset)),
+  h("td", { class: "nowrap" }, messageCell(event)),
   h("td", { class: "mono nowrap" }, event.task_id ?? ""),
   h("td", { class: "num nowrap" }, event.duration_ms === null || event.duration_ms === undefined ? "" : fmtMs(event.duration_ms)),
   h("td", { class: "summary" }, eventSummary(event)),

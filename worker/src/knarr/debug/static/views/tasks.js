@@ -1,12 +1,14 @@
 // The slowest and the failed tasks, each linked to the trace of its message.
 
 import { h, replace, card, table, timeCell, fmtMs, traceLink, argsText, notice, field } from "../dom.js";
+import { taskTraceLink } from "./shared.js";
 
 function tasksTable(list, testid, empty) {
   return table([
     { title: "time", cell: (t) => timeCell(t.ts ?? t.started_at), class: "nowrap" },
     { title: "task", cell: (t) => h("a", { href: `#/events?task_id=${encodeURIComponent(t.task_id ?? "")}`, class: "mono" }, t.task_id ?? "") },
-    { title: "message", cell: (t) => traceLink(t.partition, t.offset ?? (field(t, "offsets") || [])[0]), class: "nowrap" },
+    { title: "message", cell: (t) => (t.offset === null || t.offset === undefined
+      ? taskTraceLink(t.task_id, t.partition) : traceLink(t.partition, t.offset)), class: "nowrap" },
     { title: "duration", cell: (t) => fmtMs(t.duration_ms), class: "num nowrap" },
     { title: "exit", cell: (t) => String(field(t, "exit_code") ?? "–"), class: "num" },
     { title: "attempt", cell: (t) => String(field(t, "attempt") ?? "–"), class: "num" },
