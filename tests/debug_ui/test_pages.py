@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sqlite3
 
 import aiohttp
 import pytest
@@ -218,6 +219,22 @@ async def test_with_a_token_the_api_refuses_requests_without_it_and_the_page_say
     await page.reload()
     await expect(page.get_by_test_id("partition-row")).to_have_count(1)
     await expect(page.get_by_test_id("error-banner")).to_be_hidden()
+
+
+async def test_the_download_button_saves_a_copy_of_the_recorder_database(debug_worker, page, tmp_path):
+    errors = PageErrors(page)
+    await page.goto(debug_worker.page_url("overview"))
+    async with page.expect_download() as info:
+        await page.get_by_test_id("download-db").click()
+    download = await info.value
+    saved = tmp_path / download.suggested_filename
+    await download.save_as(str(saved))
+    assert saved.read_bytes()[:16] == b"SQLite format 3\x00"
+    with sqlite3.connect(saved) as db:
+        kinds = {kind for (kind,) in db.execute("SELECT DISTINCT kind FROM events")}
+    assert {"consumed", "task_started", "task_finished", "task_failed", "task_replaced", "message_complete",
+            "delivered", "dead_lettered", "committed"} <= kinds
+    errors.check()
 
 
 @pytest.mark.parametrize("route, testid, shot", [

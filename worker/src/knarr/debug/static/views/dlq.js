@@ -9,15 +9,25 @@ export default {
   mount(root, route, ctx) {
     const holder = h("div", {}, notice("Loading…"));
     root.append(holder);
+    let letters = null;
+    const show = (truncated) => replace(holder, deadLettersTable(letters, "dlq-table", "Nothing dead-lettered."),
+      truncated ? notice("Only the latest rows (debug.max_ui_rows).") : null);
     (async () => {
       try {
         const answer = await ctx.load(ctx.api.get("dlq"));
-        replace(holder, deadLettersTable(newestFirst(answer.dead_letters || []), "dlq-table", "Nothing dead-lettered."),
-          answer.truncated ? notice("Only the latest rows (debug.max_ui_rows).") : null);
+        letters = newestFirst(answer.dead_letters || []);
+        show(answer.truncated);
       } catch (err) {
         replace(holder, notice(err.message, "bad"));
       }
     })();
-    return {};
+    return {
+      onEvent(event) {
+        if (letters && event.kind === "dead_lettered") {
+          letters.unshift(event);
+          show(false);
+        }
+      },
+    };
   },
 };

@@ -74,8 +74,9 @@ function eventRow(event, fresh) {
   const row = h("tr", {
     class: `clickable${fresh ? " fresh" : ""}`, testid: "event-row",
     dataset: { kind: event.kind, eventId: event.id ?? "" },
-    title: "show the event's data",
+    title: "show the event's data", tabindex: 0,
     onclick: (e) => { if (e.target.tagName !== "A") details.hidden = !details.hidden; },
+    onkeydown: (e) => { if (e.key === "Enter" && e.target === e.currentTarget) details.hidden = !details.hidden; },
   },
   h("td", { class: "nowrap" }, timeCell(event.ts)),
   h("td", {}, kindBadge(event.kind)),
