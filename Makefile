@@ -129,3 +129,10 @@ kind-up: images
 
 kind-down:
 	operator/scripts/kind.sh down
+
+.PHONY: bench-recorder
+
+# The flight recorder's cost: engine throughput with debug off and on, alternating, in one run (local Kafka)
+bench-recorder: setup
+	hack/kafka/kafka.sh up
+	$(UV) run python bench/recorder.py $(BENCH_ARGS)

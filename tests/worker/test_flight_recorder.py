@@ -262,3 +262,40 @@ async def test_retention_by_age_deletes_old_files(kafka_bootstrap, tmp_path):
                                  10, "the first file")
         await wait_until(lambda: not first[0].exists(), 30, "the first file to age out")
         assert Path(worker.recorder.db_path).exists()
+
+
+async def test_without_a_db_dir_events_live_in_memory_and_still_download(kafka_bootstrap, tmp_path):
+    topic, out = topics(kafka_bootstrap)
+    produce_json(kafka_bootstrap, topic, [{"job": "mem", "fanout": 2}], partition=0)
+    worker = fanout_worker(kafka_bootstrap, tmp_path, topic, out, debug=debug_section(tmp_path, db_dir=""))
+    async with running(worker), aiohttp.ClientSession() as session:
+        await wait_until(lambda: committed_offsets(kafka_bootstrap, worker.config.kafka.consumer_group, topic) == {0: 1},
+                         60, "the commit")
+        trace = await get_json(session, worker, "/api/trace/0/0")
+        assert trace["group"]["total"] == 2 and len(trace["tasks"]) == 2
+        fleet = await get_json(session, worker, "/api/fleet")
+        assert [w["worker"] for w in fleet["workers"]] == [worker.worker_id]
+        async with session.get(f"http://127.0.0.1:{worker.debug_server.port}/api/db") as response:
+            download = tmp_path / "memory.db"
+            download.write_bytes(await response.read())
+    assert not (tmp_path / "recorder").exists()
+    with sqlite3.connect(download) as conn:
+        assert conn.execute("SELECT count(*) FROM events WHERE kind = 'task_finished'").fetchone()[0] == 2
+
+
+async def test_the_probe_endpoint_runs_the_probe_or_names_the_missing_module(kafka_bootstrap, tmp_path):
+    import importlib.util
+
+    topic, out = topics(kafka_bootstrap)
+    worker = fanout_worker(kafka_bootstrap, tmp_path, topic, out)
+    async with running(worker), aiohttp.ClientSession() as session:
+        url = f"http://127.0.0.1:{worker.debug_server.port}/api/probe"
+        async with session.post(url, data="not json") as response:
+            assert response.status == 400 and "JSON" in (await response.json())["error"]
+        message = {"key": "k", "value": json.dumps({"job": "probe", "fanout": 2})}
+        async with session.post(url, json={"message": message}) as response:
+            body = await response.json()
+            if importlib.util.find_spec("knarr.debug.probe") is None:
+                assert response.status == 501 and "knarr.debug.probe" in body["error"]
+            else:
+                assert response.status == 200 and body["group"]["total"] == 2

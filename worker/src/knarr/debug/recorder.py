@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import os
 import re
 import sqlite3
@@ -35,6 +36,7 @@ from knarr.observability.logging import get_logger
 log = get_logger(component="recorder")
 
 TASK_END = frozenset(("task_finished", "task_failed"))
+_POOL_EVENTS = frozenset(("task_started", "task_finished", "task_failed"))
 SUBSCRIBER_QUEUE = 1_000  # events waiting for one WebSocket client; a slower client misses some
 
 
@@ -65,46 +67,59 @@ class FlightRecorder:
         self._ws_min = config.ws_min_duration_ms
         self._log_min = config.log_min_duration_ms
         self._output_min = config.output_min_duration_ms if config.store_output else None
+        self._max_buffer = config.max_buffer
+        self._free_slots: list[int] = []  # pool slot numbers given back, lowest first
 
     # --- the engine's side: cheap, on the event loop -------------------------------------------
     def record(self, kind: str, partition: int | None = None, offset: int | None = None, task_id: str | None = None,
                parent_task_id: str | None = None, duration_ms: float | None = None,
                data: dict[str, Any] | None = None) -> None:
-        """Take one event. Never blocks, never raises into the pipeline for a full buffer."""
-        if kind in TASK_END or kind == "task_started":
-            data = self._task_event(kind, task_id, partition, duration_ms, data)
+        """Take one event. Never blocks, never raises into the pipeline for a full buffer.
+
+        Kept to the least on the event loop: thresholds on output and the JSON of the data are
+        the recorder thread's work (``_row``).
+        """
+        if kind in _POOL_EVENTS:
+            data = self._pool_slot(kind, task_id, partition, duration_ms, data)
         event_id = self._next_id
         self._next_id = event_id + 1
         ts = time.time()
         if self._store and (duration_ms is None or duration_ms >= self._event_min):
-            if len(self._buffer) >= self.config.max_buffer:
-                self._buffer.popleft()
+            buffer = self._buffer
+            if len(buffer) >= self._max_buffer:
+                buffer.popleft()
                 self.dropped += 1
                 self._dropped_metric.inc()
-            self._buffer.append((event_id, ts, kind, partition, offset, task_id, parent_task_id, duration_ms, data))
+            buffer.append((event_id, ts, kind, partition, offset, task_id, parent_task_id, duration_ms, data))
         if self._subscribers and (duration_ms is None or duration_ms >= self._ws_min):
-            self._broadcast({"type": "event", "id": event_id, "ts": ts, "worker": self.worker, "kind": kind, "partition": partition,
-                             "offset": offset, "task_id": task_id, "parent_task_id": parent_task_id,
-                             "duration_ms": duration_ms, "data": data or {}})
+            self._broadcast({"type": "event", "id": event_id, "ts": ts, "worker": self.worker, "kind": kind,
+                             "partition": partition, "offset": offset, "task_id": task_id,
+                             "parent_task_id": parent_task_id, "duration_ms": duration_ms,
+                             "data": self._shown(kind, duration_ms, data)})
 
-    def _task_event(self, kind: str, task_id: str | None, partition: int | None, duration_ms: float | None,
-                    data: dict[str, Any] | None) -> dict[str, Any] | None:
-        """Pool slots (which task runs where), output thresholds and slow-task lines."""
+    def _pool_slot(self, kind: str, task_id: str | None, partition: int | None, duration_ms: float | None,
+                   data: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Which task runs in which pool slot (the overview shows it); slow tasks are logged."""
         if kind == "task_started":
-            used = {r["slot"] for r in self.running.values()}
-            slot = next(i for i in range(len(used) + 1) if i not in used)
-            data = {**(data or {}), "slot": slot}
+            slot = heapq.heappop(self._free_slots) if self._free_slots else len(self.running)
             self.running[task_id or ""] = {"slot": slot, "task_id": task_id, "partition": partition,
-                                           "args": (data or {}).get("args"), "started_at": time.time()}
-            return data
-        self.running.pop(task_id or "", None)
-        if data is None:
-            return data
-        if self._output_min is None or (kind == "task_finished" and (duration_ms or 0) < self._output_min):
-            data = {k: v for k, v in data.items() if k not in ("stdout", "stderr")}
+                                           "args": data.get("args") if data else None, "started_at": time.time()}
+            return {**data, "slot": slot} if data else {"slot": slot}
+        entry = self.running.pop(task_id or "", None)
+        if entry is not None:
+            heapq.heappush(self._free_slots, entry["slot"])
         if duration_ms is not None and duration_ms >= self._log_min:
             log.info("slow task", task_id=task_id, partition=partition, duration_ms=round(duration_ms, 1),
-                     outcome=kind, exit_code=data.get("exit_code"))
+                     outcome=kind, exit_code=data.get("exit_code") if data else None)
+        return data
+
+    def _shown(self, kind: str, duration_ms: float | None, data: dict[str, Any] | None) -> dict[str, Any]:
+        """Event data as stored: a task's stdout/stderr only when store_output and the thresholds allow."""
+        if not data:
+            return {}
+        if kind in TASK_END and (self._output_min is None or (kind == "task_finished"
+                                                              and (duration_ms or 0) < self._output_min)):
+            return {k: v for k, v in data.items() if k not in ("stdout", "stderr")}
         return data
 
     # --- live feed -------------------------------------------------------------------------------
@@ -226,8 +241,8 @@ class FlightRecorder:
 
     def _write(self, batch: deque[tuple]) -> None:
         assert self._conn is not None
-        worker = self.worker
-        rows = [(r[0], r[1], worker, r[2], r[3], r[4], r[5], r[6], r[7], schema.dumps(r[8] or {})) for r in batch]
+        worker, dumps, shown = self.worker, schema.dumps, self._shown
+        rows = [(r[0], r[1], worker, r[2], r[3], r[4], r[5], r[6], r[7], dumps(shown(r[2], r[7], r[8]))) for r in batch]
         with self._conn:
             self._conn.executemany(schema.INSERT_EVENT, rows)
         self.stored += len(rows)

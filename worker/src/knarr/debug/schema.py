@@ -26,7 +26,6 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_message ON events (partition, "offset");
 CREATE INDEX IF NOT EXISTS events_task ON events (task_id);
-CREATE INDEX IF NOT EXISTS events_kind ON events (kind, id);
 CREATE TABLE IF NOT EXISTS worker_config (
     worker TEXT PRIMARY KEY,
     cluster TEXT,
@@ -59,7 +58,7 @@ def create(conn: sqlite3.Connection) -> None:
 
 def dumps(data: Any) -> str:
     """JSON of event data; anything JSON cannot say (bytes, a pydantic model) becomes its text."""
-    return json.dumps(data, separators=(",", ":"), default=_text)
+    return _encode(data)
 
 
 def _text(value: Any) -> Any:
@@ -68,6 +67,11 @@ def _text(value: Any) -> Any:
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     return str(value)
+
+
+# One encoder, built once: json.dumps with options builds a new one per call, which was most of
+# the cost of writing an event.
+_encode = json.JSONEncoder(separators=(",", ":"), default=_text, check_circular=False).encode
 
 
 def event_object(row: tuple | sqlite3.Row) -> dict[str, Any]:
