@@ -17,6 +17,8 @@ NAME=browser
 STATE_DIR=$ROOT/.cache/browser
 LOCK_FILE=$STATE_DIR/lock
 
+# Its log, die, take_lock and apt_install (its server commands are not used: nothing runs here).
+# From the sink servers' shared helpers: log, die, take_lock, apt_install (not their server commands).
 # shellcheck source=hack/services/_common.bash
 source "$ROOT/hack/services/_common.bash"
 
@@ -49,7 +51,7 @@ check_starts() {
     log "$out"
 }
 
-cmd_up() {
+browser_up() {
     take_lock
     [[ -z ${KNARR_CHROMIUM:-} || -x $KNARR_CHROMIUM ]] || die "KNARR_CHROMIUM=$KNARR_CHROMIUM is not an executable file"
     if [[ -z ${KNARR_CHROMIUM:-} ]] && { ! chromium_path >/dev/null || ! command -v chromedriver >/dev/null; }; then
@@ -61,7 +63,7 @@ cmd_up() {
     echo "CHROMIUM=$path"
 }
 
-cmd_status() {
+browser_status() {
     local path
     path=$(chromium_path) || { log "chromium is not installed (run: hack/browser/browser.sh up)"; exit 1; }
     check_starts "$path"
@@ -69,7 +71,7 @@ cmd_status() {
 }
 
 case ${1:-} in
-    up) cmd_up ;;
-    status) cmd_status ;;
+    up) browser_up ;;
+    status) browser_status ;;
     *) usage ;;
 esac
