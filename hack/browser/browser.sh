@@ -17,7 +17,6 @@ NAME=browser
 STATE_DIR=$ROOT/.cache/browser
 LOCK_FILE=$STATE_DIR/lock
 
-# Its log, die, take_lock and apt_install (its server commands are not used: nothing runs here).
 # From the sink servers' shared helpers: log, die, take_lock, apt_install (not their server commands).
 # shellcheck source=hack/services/_common.bash
 source "$ROOT/hack/services/_common.bash"
