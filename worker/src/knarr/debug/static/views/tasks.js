@@ -3,6 +3,12 @@
 import { h, replace, card, table, timeCell, fmtMs, traceLink, argsText, notice, field } from "../dom.js";
 import { taskTraceLink } from "./shared.js";
 
+// The reason, and the last line the task wrote on stderr (what an operator looks for first).
+function reasonCell(reason, stderr) {
+  const last = String(stderr || "").split("\n").filter(Boolean).slice(-1)[0];
+  return h("span", {}, reason ?? "", last ? h("div", { class: "mono small muted", testid: "task-stderr-tail" }, last) : null);
+}
+
 function tasksTable(list, testid, empty) {
   return table([
     { title: "time", cell: (t) => timeCell(t.ts ?? t.started_at), class: "nowrap" },
@@ -13,7 +19,7 @@ function tasksTable(list, testid, empty) {
     { title: "exit", cell: (t) => String(field(t, "exit_code") ?? "–"), class: "num" },
     { title: "attempt", cell: (t) => String(field(t, "attempt") ?? "–"), class: "num" },
     { title: "args", cell: (t) => h("code", {}, argsText(field(t, "args"))) },
-    { title: "reason", cell: (t) => field(t, "reason") ?? (field(t, "stderr") || "").split("\n").filter(Boolean).slice(-1)[0] ?? "" },
+    { title: "reason", cell: (t) => reasonCell(field(t, "reason"), field(t, "stderr")) },
   ], list || [], { testid, empty, rowProps: (t) => ({ testid: "task-row", dataset: { taskId: t.task_id ?? "" } }) });
 }
 
