@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 
-from tests.debug_ui.browser import BROWSER_SH
+import pytest
+
+from tests.debug_ui.browser import BROWSER_SH, chromium_executable
 
 
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -31,3 +33,9 @@ def test_a_chromium_that_is_not_there_fails_naming_the_variable_to_fix():
 def test_without_a_command_it_prints_its_usage():
     result = run()
     assert result.returncode == 2 and "browser.sh up" in result.stderr
+
+
+def test_the_browser_tests_fail_saying_how_to_install_chromium_when_there_is_none(monkeypatch):
+    monkeypatch.setenv("KNARR_CHROMIUM", "/nonexistent/chromium")
+    with pytest.raises(pytest.fail.Exception, match=r"install it with `hack/browser/browser.sh up`"):
+        chromium_executable()

@@ -21,6 +21,7 @@ from playwright.async_api import expect
 from tests.debug_ui.browser import PageErrors, screenshot
 from tests.debug_ui.conftest import NOTE
 from tests.services.kafka import end_offsets, produce_json
+from tests.worker.harness import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.asyncio(loop_scope="module")]
 
@@ -149,6 +150,8 @@ async def test_a_message_produced_while_the_events_page_is_open_arrives_live_ove
 
 async def test_the_probe_runs_a_pasted_message_and_shows_would_be_deliveries_and_its_trace(debug_worker, page):
     errors = PageErrors(page)
+    source_end = await asyncio.to_thread(end_offsets, debug_worker.bootstrap, debug_worker.source)
+    await wait_until(lambda: debug_worker.committed() == source_end, 60, "every message so far committed")
     committed = await asyncio.to_thread(debug_worker.committed)
     produced = await asyncio.to_thread(end_offsets, debug_worker.bootstrap, debug_worker.out)
     await page.goto(debug_worker.page_url("probe"))
