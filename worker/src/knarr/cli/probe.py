@@ -65,10 +65,10 @@ def probe_command(config_path: str | None, handler_option: str | None, message_p
                   timeout: float = DEFAULT_TIMEOUT_SECONDS, log_level: str = "off") -> int:
     config, spec = load(config_path, handler_option)
     message = read_message(_read(message_path), "stdin" if message_path == "-" else message_path)
-    handler_cls = load_handler_class(spec)
+    handler = _instantiate(load_handler_class(spec), spec)
     configure_logging("CRITICAL" if log_level == "off" else log_level, "console")
     with contain_tasks(config.executor.task_cgroup):  # no task the probe starts outlives it
-        report = asyncio.run(_probe(config, _instantiate(handler_cls, spec), message, timeout))
+        report = asyncio.run(_probe(config, handler, message, timeout))
     print(json.dumps(report, indent=2) if as_json else report_text(report))
     return ExitCode.WORK_FAILED if went_wrong(report) else ExitCode.OK
 
