@@ -28,7 +28,8 @@ const state = {
 function parseRoute() {
   const raw = window.location.hash.replace(/^#\/?/, "");
   const [path, query = ""] = raw.split("?");
-  const [name, ...parts] = path.split("/").filter(Boolean).map(decodeURIComponent);
+  const decode = (part) => { try { return decodeURIComponent(part); } catch { return part; } };
+  const [name, ...parts] = path.split("/").filter(Boolean).map(decode);
   return { name: VIEWS[name] ? name : "overview", parts, query: new URLSearchParams(query) };
 }
 
