@@ -27,8 +27,9 @@ from tests.worker.harness import kafka_config, running, topics, wait_until
 NOTE = '<img src=x onerror="window.__pwned=1"><b>note</b>'
 TOOL = (
     "#!/bin/sh\n"
-    "# $1 $2: the range [lo, hi); $3: the job's note\n"
+    "# $1 $2: the range [lo, hi); $3: the job's note ('sleep N' makes the task take N seconds)\n"
     'printf "%s\\n" "$3"\n'
+    'case "$3" in "sleep "*) sleep "${3#sleep }" ;; esac\n'
     'if [ "$2" -ge 100 ]; then echo "bad input $1-$2" >&2; exit 2; fi\n'
     'if [ $(($2 - $1)) -gt 2 ]; then echo "out of memory for $1-$2" >&2; exit 137; fi\n'
     'seq "$1" $(($2 - 1))\n'

@@ -43,13 +43,22 @@ async def test_the_overview_shows_partitions_with_offsets_and_lag_the_pool_and_t
     row = page.locator('[data-testid=partition-row][data-partition="0"]')
     await expect(row.locator("td").nth(1)).to_have_text(f"{committed[0]:,}")  # committed
     await expect(row.locator("td").nth(4)).to_have_text("0")  # lag: all consumed
-    await expect(page.get_by_test_id("stat-pool")).to_contain_text("/ 2")
+    await expect(page.get_by_test_id("stat-pool")).to_contain_text("0 / 2")
     await expect(page.get_by_test_id("stat-backpressure")).to_contain_text("flowing")
-    await expect(page.get_by_test_id("pool-table")).to_be_visible()
     await expect(page.get_by_test_id("overview-events").locator("[data-testid=event-row]").first).to_be_visible()
     await expect(page.get_by_test_id("worker-name")).to_contain_text(debug_worker.worker.worker_id)
     await expect(page.get_by_test_id("ws-status")).to_have_text("live")
+
+    # Two slow tasks: the page shows them in their slots while they run.
+    slow = {"job_id": "slow", "ranges": [[30, 32], [40, 42]], "note": "sleep 6"}
+    await asyncio.to_thread(produce_json, debug_worker.bootstrap, debug_worker.source, [slow], 0)
+    slots = page.get_by_test_id("pool-table").get_by_test_id("slot-row")
+    await expect(slots).to_have_count(2, timeout=30_000)
+    await expect(slots.filter(has_text="30 32")).to_have_count(1)
+    await expect(slots.filter(has_text="40 42")).to_have_count(1)
+    await expect(page.get_by_test_id("stat-pool")).to_contain_text("2 / 2")
     await screenshot(page, "overview", docs=True)
+    await expect(slots).to_have_count(0, timeout=60_000)  # done: the slots are free again
     errors.check()
 
 

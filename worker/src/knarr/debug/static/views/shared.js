@@ -45,7 +45,7 @@ export function kindBadge(kind) {
 export function taskTraceLink(taskId, partition) {
   if (!taskId) return "–";
   const link = h("a", {
-    href: "#", class: "nowrap", testid: "task-trace-link", title: "open the trace of this task's message",
+    href: "#", class: "mono nowrap", testid: "task-trace-link", title: "open the trace of this task's message",
     onclick: async (e) => {
       e.preventDefault();
       e.stopPropagation();
