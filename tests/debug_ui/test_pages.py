@@ -112,6 +112,14 @@ async def test_a_message_trace_shows_every_task_with_exit_code_and_output_and_re
     errors.check()
 
 
+async def test_the_trace_of_a_message_the_recorder_never_saw_says_why_it_may_be_missing(debug_worker, page):
+    errors = PageErrors(page)
+    await page.goto(debug_worker.page_url("trace/0/987654"))
+    await expect(page.get_by_test_id("trace-missing")).to_contain_text("nothing about message 0/987654")
+    await expect(page.get_by_test_id("task-tree")).to_have_count(0)
+    errors.check()
+
+
 async def test_a_failed_task_links_to_the_trace_of_its_message(debug_worker, page):
     errors = PageErrors(page)
     group = debug_worker.handler.groups[debug_worker.offsets["split"]]

@@ -3,7 +3,7 @@
 // delivered for it, dead letters, and the commit that covered it.
 
 import { h, replace, card, kv, notice, timeCell, fmtDateTime, table, traceLink, fmtNum } from "../dom.js";
-import { taskTree, groupStats, deliveriesTable, deadLettersTable, throttle } from "./shared.js";
+import { taskTree, groupStats, deliveriesTable, deadLettersTable, throttle, eventsTable, newestFirst } from "./shared.js";
 
 function openForm(ctx, partition, offset) {
   const p = h("input", { type: "number", min: 0, name: "partition", value: partition ?? "", testid: "trace-partition", class: "narrow", required: true });
@@ -37,6 +37,11 @@ function commitText(committed, offset) {
 
 function render(holder, t) {
   const g = t.group || {};
+  if (!t.consumed_at && !t.tasks?.length && !t.events?.length) {
+    replace(holder, notice(`The recorder has nothing about message ${t.partition}/${t.offset}: not consumed yet, `
+      + "recorded by another worker of the group (see Fleet), or past debug.retention_hours / retention_max_events.", "warn", "trace-missing"));
+    return;
+  }
   replace(holder,
     h("div", { class: "columns" },
       card(`Message ${t.partition}/${t.offset}`, kv([
@@ -50,7 +55,9 @@ function render(holder, t) {
     card("Tasks", h("p", { class: "muted" }, "Replacement tasks hang under the task they replaced."), taskTree(t.tasks)),
     h("div", { class: "columns" },
       card("Deliveries", deliveriesTable(t.deliveries, "trace-deliveries")),
-      card("Dead letters", deadLettersTable(t.dead_letters, "trace-dead-letters", "Nothing dead-lettered for this message."))));
+      card("Dead letters", deadLettersTable(t.dead_letters, "trace-dead-letters", "Nothing dead-lettered for this message."))),
+    t.events?.length ? h("details", { class: "card" }, h("summary", {}, h("h2", {}, `Events of this message (${t.events.length})`)),
+      eventsTable(newestFirst(t.events), { testid: "trace-events" }).el) : null);
 }
 
 export default {
