@@ -242,10 +242,12 @@ class FlightRecorder:
     def _write(self, batch: deque[tuple]) -> None:
         assert self._conn is not None
         worker, dumps, shown = self.worker, schema.dumps, self._shown
-        rows = [(r[0], r[1], worker, r[2], r[3], r[4], r[5], r[6], r[7], dumps(shown(r[2], r[7], r[8]))) for r in batch]
+        # A generator, not a list: each row's JSON is made just before SQLite inserts it, and SQLite lets
+        # go of the GIL while it does, so the event loop is never shut out for a whole batch's encoding.
+        rows = ((r[0], r[1], worker, r[2], r[3], r[4], r[5], r[6], r[7], dumps(shown(r[2], r[7], r[8]))) for r in batch)
         with self._conn:
             self._conn.executemany(schema.INSERT_EVENT, rows)
-        self.stored += len(rows)
+        self.stored += len(batch)
         self._maintain()
 
     def _write_state(self, ts: float, state: dict[str, Any]) -> None:
