@@ -114,7 +114,7 @@ export function newestFirst(list) {
 // --- the task tree ---------------------------------------------------------------------------------
 
 function statusBadge(status) {
-  const tone = { succeeded: "good", finished: "good", failed: "bad", replaced: "warn", running: "neutral" }[status] || "neutral";
+  const tone = { succeeded: "good", failed: "bad", replaced: "warn", running: "live" }[status] || "neutral";
   return h("span", { class: `badge badge-${tone}`, testid: "task-status" }, status ?? "unknown");
 }
 
@@ -133,6 +133,8 @@ function taskNode(task, parentStatus) {
     exit === null ? null : h("span", { class: `exit ${exit === 0 ? "ok" : "bad"}`, testid: "task-exit" }, `exit ${exit}`),
     task.attempt > 1 ? h("span", { class: "muted" }, `attempt ${task.attempt}`) : null,
     h("span", { class: "spacer" }),
+    task.slot !== undefined && task.slot !== null ? h("span", { class: "metric" }, "slot ", h("b", {}, String(task.slot))) : null,
+    task.pid ? h("span", { class: "metric" }, "pid ", h("b", {}, String(task.pid))) : null,
     h("span", { class: "metric", title: "time waiting for an executor slot" }, "slot wait ",
       h("b", { testid: "task-slot-wait" }, fmtMs(task.slot_wait_ms))),
     h("span", { class: "metric", title: "run time of the subprocess" }, "duration ",
