@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import async_playwright
+from playwright.async_api import async_playwright, expect
 from pydantic import BaseModel
 
 import knarr
@@ -23,6 +23,10 @@ from knarr.engine.worker import Worker
 from tests.debug_ui.browser import chromium_executable, launch
 from tests.services.kafka import committed_offsets, create_topic, produce_json
 from tests.worker.harness import kafka_config, running, topics, wait_until
+
+# Assertions on the page wait up to this long (Playwright's default is 5 s): the machine running
+# the tests may be busy, and the overview refreshes every 2 s.
+expect.set_options(timeout=30_000)
 
 NOTE = '<img src=x onerror="window.__pwned=1"><b>note</b>'
 TOOL = (
