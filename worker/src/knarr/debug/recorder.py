@@ -102,9 +102,11 @@ class FlightRecorder:
         """Which task runs in which pool slot (the overview shows it); slow tasks are logged."""
         if kind == "task_started":
             slot = heapq.heappop(self._free_slots) if self._free_slots else len(self.running)
+            data = dict(data) if data else {}
             self.running[task_id or ""] = {"slot": slot, "task_id": task_id, "partition": partition,
-                                           "args": data.get("args") if data else None, "started_at": time.time()}
-            return {**data, "slot": slot} if data else {"slot": slot}
+                                           "args": data.pop("args", None), "started_at": time.time()}
+            data["slot"] = slot  # the arguments are on task_queued already: the overview keeps them, the row does not
+            return data
         entry = self.running.pop(task_id or "", None)
         if entry is not None:
             heapq.heappush(self._free_slots, entry["slot"])

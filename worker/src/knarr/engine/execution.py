@@ -189,8 +189,7 @@ def _record_attempt(recorder: Any, task: ExecutorTask, partition: int, outcome: 
         recorder.record("task_finished", partition, None, task.task_id, task.parent_task_id,
                         outcome.duration_seconds * 1000, {
                             "exit_code": outcome.exit_code, "args": task.args, "attempt": outcome.attempt,
-                            "pid": outcome.pid, "stdout": outcome.stdout, "stderr": outcome.stderr,
-                            "precomputed": outcome.pid is None})
+                            "pid": outcome.pid, "stdout": outcome.stdout, "stderr": outcome.stderr})
         return
     result = outcome.result
     recorder.record("task_failed", partition, None, task.task_id, task.parent_task_id,

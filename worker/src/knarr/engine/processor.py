@@ -301,9 +301,11 @@ class PartitionProcessor:
 
     def _record_queued(self, run: Run) -> None:
         task, offsets = run.task, [g.offset for g in run.groups]
+        data = {"offsets": offsets, "args": task.args, "window_id": run.window.id}
+        if task.labels:
+            data["labels"] = task.labels
         self.recorder.record("task_queued", self.partition, offsets[0] if offsets else None, task.task_id,
-                             task.parent_task_id, data={"offsets": offsets, "args": task.args,
-                                                        "window_id": run.window.id, "labels": task.labels or None})
+                             task.parent_task_id, data=data)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         child = asyncio.create_task(self._supervised(coro))
