@@ -3,7 +3,9 @@
 Arguments, read left to right, as behave reads them:
   out=TEXT  err=TEXT  sleep=SECS  exit=CODE  stdin  env=NAME  bytes=N  failfile=F
 and some only a long-lived program has:
-  pidfile=F    write this program's pid to F (a test then kills it mid-task)
+  pidfile=F    write this program's pid to F
+  hold=F       the first time (F does not exist): write the pid to F and sleep for a minute (a test
+               kills the program meanwhile); once F exists, go on
   leak=MB      keep MB more of memory for the rest of the program's life
   garbage      write bytes that are no frame to the real stdout
   exit-now     end the program (exit code 3) without answering
@@ -53,8 +55,14 @@ def run(request):
             with open(value + ".tmp", "w") as fh:
                 fh.write(str(os.getpid()))
             os.rename(value + ".tmp", value)
+        elif name == "hold":
+            if not os.path.exists(value):
+                with open(value + ".tmp", "w") as fh:
+                    fh.write(str(os.getpid()))
+                os.rename(value + ".tmp", value)
+                time.sleep(60)
         elif name == "leak":
-            _leaked.append(os.urandom(int(value) * 1024 * 1024))
+            _leaked.append(b"\1" * (int(value) * 1024 * 1024))  # written, so resident
         elif arg == "garbage":
             os.write(FRAMES_FD, b"this is no frame\n")
         elif arg == "exit-now":
