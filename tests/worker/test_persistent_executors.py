@@ -21,8 +21,11 @@ from pydantic import BaseModel
 
 import knarr
 from knarr.engine.worker import Worker
-from tests.services.kafka import committed_offsets, consume_all, produce_json
+from knarr.errors import ExitCode
+from tests.services.kafka import committed_offsets, consume_all, create_topic, produce_json, unique_name
 from tests.worker.harness import kafka_config, running, topics, wait_until
+from tests.worker.procs import WorkerFleet, WorkerSpec, processes_gone, processes_with
+from tests.worker.procs import wait_until as wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -293,3 +296,25 @@ async def test_many_tasks_share_few_programs(kafka_bootstrap):
     pids = {r.pid for r in handler.results}
     print(f"\n200 tasks on {len(pids)} programs in {time.monotonic() - started:.1f}s")
     assert 1 <= len(pids) <= 4
+
+
+# --- no program outlives the worker -------------------------------------------------------------
+@pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
+def test_no_program_outlives_a_worker_stopped_or_killed_mid_task(kafka_bootstrap, tmp_path, stop):
+    topic, out = unique_name("prog-in"), unique_name("prog-out")
+    create_topic(kafka_bootstrap, topic, 1)
+    create_topic(kafka_bootstrap, out, 1)
+    tag = unique_name("knarrprogram")  # in the programs' command line only
+    spec = WorkerSpec(kafka_bootstrap, topic, unique_name("prog-g"), out, drain_timeout_seconds=2,
+                      executor_extra={"persistent": {"command": [*BEHAVE_PERSISTENT, f"tag={tag}"]}})
+    with WorkerFleet(spec, tmp_path, unique_name("knarrworker")) as fleet:
+        worker = fleet.start("w")
+        worker.wait_consuming()
+        produce_json(kafka_bootstrap, topic, [{"request_id": "busy", "sleep": 60}]
+                     + [{"request_id": f"quick{i}"} for i in range(6)], partition=0)
+        wait_for(lambda: len(processes_with(tag)) >= 2, 60, "programs to start, one of them busy")
+        if stop == "sigterm":
+            assert worker.terminate() == ExitCode.DRAIN_INCOMPLETE  # the busy task outlived the drain
+        else:
+            worker.kill()
+        assert processes_gone(tag, timeout=15) == []
