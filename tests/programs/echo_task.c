@@ -40,13 +40,17 @@ static uint32_t get_u32(const unsigned char *at) {
 }
 
 static void write_frame(const char *header, const char *body, size_t body_len) {
-    unsigned char prefix[12];
-    memcpy(prefix, "KNRF", 4);
-    put_u32(prefix + 4, (uint32_t)strlen(header));
-    put_u32(prefix + 8, (uint32_t)body_len);
-    write_all(prefix, 12);
-    write_all(header, strlen(header));
-    write_all(body, body_len);
+    /* one write per frame: the worker then reads the whole answer in one go */
+    size_t header_len = strlen(header);
+    unsigned char *frame = malloc(12 + header_len + body_len);
+    if (!frame) exit(2);
+    memcpy(frame, "KNRF", 4);
+    put_u32(frame + 4, (uint32_t)header_len);
+    put_u32(frame + 8, (uint32_t)body_len);
+    memcpy(frame + 12, header, header_len);
+    memcpy(frame + 12 + header_len, body, body_len);
+    write_all(frame, 12 + header_len + body_len);
+    free(frame);
 }
 
 int main(void) {
