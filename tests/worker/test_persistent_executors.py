@@ -318,3 +318,47 @@ def test_no_program_outlives_a_worker_stopped_or_killed_mid_task(kafka_bootstrap
         else:
             worker.kill()
         assert processes_gone(tag, timeout=15) == []
+
+
+def test_a_program_dies_with_an_embedded_worker_killed_by_sigkill_even_without_containment(tmp_path):
+    """No subreaper, cgroup or guard here (an embedded Worker sets none up): the parent-death signal alone.
+
+    The program is mid-task (a long sleep), so the end of its stdin alone would not stop it.
+    """
+    program = f"""
+import asyncio, sys, time
+from knarr.api.tasks import ExecutorTask
+from knarr.config.loading import config_from_dict
+from knarr.engine.persistent import ProgramPool
+
+config = config_from_dict({{"executor": {{"persistent": {{"command": {BEHAVE_PERSISTENT!r}}}}},
+                           "sinks": {{"filesystem": {{"out": {{"base_path": {str(tmp_path)!r}}}}}}}}})
+
+async def main():
+    pool = ProgramPool(config.executor, {{}})
+    command = tuple(config.executor.persistent.command)
+    outcome = await pool.run(command, ExecutorTask(args=["count"]), 30)
+    busy = asyncio.create_task(pool.run(command, ExecutorTask(args=["sleep=600"]), 900))
+    await asyncio.sleep(0.5)  # the request is written: the program is mid-task, its stdin still open
+    print("PROGRAM", outcome.pid, outcome.stdout.strip(), flush=True)
+    time.sleep(600)
+
+asyncio.run(main())
+"""
+    parent = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[2])
+    try:
+        line = next(line for line in parent.stdout if line.startswith("PROGRAM "))  # past any log lines
+        _, pid, count = line.split()
+    finally:
+        parent.kill()
+        parent.wait(timeout=30)
+    assert count == "1"
+
+    def gone() -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    wait_for(gone, 15, "the program to die with its parent")

@@ -22,8 +22,8 @@ once and runs task after task, one at a time, exchanging frames on its stdin and
   it. It also starts through a short trampoline that sets ``PR_SET_PDEATHSIG`` (SIGKILL)
   before exec'ing it: a per-task cost spawn mode cannot afford (containment.py) is nothing
   once per program. The parent-death signal follows the thread that spawned the program, so
-  programs are spawned on the event loop's thread, which lives as long as the worker (and
-  starts are rare: once per program, not per task).
+  programs are spawned from a thread of the loop's default executor (off the event loop, and
+  alive until the loop closes), never from a short-lived one.
 """
 
 from __future__ import annotations
@@ -107,11 +107,51 @@ def rss_bytes(pid: int) -> int | None:
         return None
 
 
+def _spawn(command: tuple[str, ...], env: dict[str, str]) -> tuple[int, int, int, int]:
+    """Start the program through the trampoline, in a session of its own: (pid, stdin, stdout, stderr).
+
+    Runs in a thread of the loop's default executor: those live until the loop closes, and the
+    parent-death signal follows the thread that spawned (a thread that exits would kill the program).
+    """
+    fds: list[int] = []
+    try:
+        in_r, stdin = os.pipe2(os.O_CLOEXEC)
+        fds += [in_r, stdin]
+        stdout, out_w = os.pipe2(os.O_CLOEXEC)
+        fds += [stdout, out_w]
+        stderr, err_w = os.pipe2(os.O_CLOEXEC)
+        fds += [stderr, err_w]
+        argv = [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), *command]
+        actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+        pid = os.posix_spawn(sys.executable, argv, env, file_actions=actions, setsid=True)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    processes._leaders.add(pid)  # containment's reaper leaves it to us
+    for fd in (in_r, out_w, err_w):
+        os.close(fd)
+    for fd in (stdin, stdout, stderr):
+        os.set_blocking(fd, False)
+    return pid, stdin, stdout, stderr
+
+
+def _discard(pipes: tuple[int, int, int, int]) -> None:
+    """Kill and reap a program that was spawned but will never be used."""
+    pid = pipes[0]
+    processes._kill_group(pid)
+    os.waitpid(pid, 0)
+    processes._leaders.discard(pid)
+    for fd in pipes[1:]:
+        os.close(fd)
+
+
 class Program:
     """One running program: its pipes and pidfd, the frame decoder, and the task it is answering."""
 
-    def __init__(self, command: tuple[str, ...], env: Mapping[str, str], keep: int) -> None:
+    def __init__(self, command: tuple[str, ...], pipes: tuple[int, int, int, int], keep: int) -> None:
         self.command = command
+        self.pid, self.stdin, self.stdout, self.stderr = pipes
         self.loop = asyncio.get_running_loop()
         self.decoder = Decoder(keep)
         self.waiter: asyncio.Future[Frame] | None = None
@@ -122,32 +162,27 @@ class Program:
         self.gone: str | None = None  # why it takes no more tasks (set once, with the kill or retirement)
         self._pending: memoryview | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
-        fds: list[int] = []
-        try:
-            in_r, self.stdin = os.pipe2(os.O_CLOEXEC)
-            fds += [in_r, self.stdin]
-            self.stdout, out_w = os.pipe2(os.O_CLOEXEC)
-            fds += [self.stdout, out_w]
-            self.stderr, err_w = os.pipe2(os.O_CLOEXEC)
-            fds += [self.stderr, err_w]
-            argv = [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), *command]
-            actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
-            self.pid = os.posix_spawn(sys.executable, argv, dict(env), file_actions=actions, setsid=True)
-        except BaseException:
-            for fd in fds:
-                os.close(fd)
-            raise
-        processes._leaders.add(self.pid)  # containment's reaper leaves it to us
-        for fd in (in_r, out_w, err_w):
-            os.close(fd)
-        for fd in (self.stdin, self.stdout, self.stderr):
-            os.set_blocking(fd, False)
         self.pidfd = os.pidfd_open(self.pid)
         self.loop.add_reader(self.stdout, self._on_stdout)
         self.loop.add_reader(self.stderr, self._on_stderr)
         self.loop.add_reader(self.pidfd, self._on_exit)
         metrics.persistent_programs.inc()
         metrics.persistent_starts.inc()
+
+    @classmethod
+    async def start(cls, command: tuple[str, ...], env: Mapping[str, str], keep: int) -> Program:
+        """Spawn the program (off the event loop) and watch its pipes; it has not said hello yet."""
+        spawning = asyncio.get_running_loop().run_in_executor(None, _spawn, command, dict(env))
+        try:
+            pipes = await asyncio.shield(spawning)
+        except asyncio.CancelledError:  # the spawn goes on in its thread: undo it once it is done
+            spawning.add_done_callback(lambda done: done.exception() is None and _discard(done.result()))
+            raise
+        try:
+            return cls(command, pipes, keep)
+        except BaseException:
+            _discard(pipes)
+            raise
 
     # --- asking -------------------------------------------------------------------------------
     async def ask(self, frame: bytes, timeout: float, what: str) -> Frame:
@@ -394,7 +429,7 @@ class ProgramPool:
 
     async def _start(self, command: tuple[str, ...]) -> Program:
         try:
-            program = Program(command, self.env, self.keep)
+            program = await Program.start(command, self.env, self.keep)
         except OSError as exc:
             raise ProgramFailure("launch", exc.strerror or str(exc)) from None
         self._live.add(program)
