@@ -362,3 +362,19 @@ asyncio.run(main())
             return True
 
     wait_for(gone, 15, "the program to die with its parent")
+
+
+async def test_programs_of_different_commands_share_the_slots_an_idle_one_making_room(kafka_bootstrap):
+    class Named(Jobs):
+        async def arrange(self, messages, pending):
+            return [knarr.ExecutorTask(args=["count"], source_offsets=[m.offset], **m.payload.task_fields)
+                    for m in messages]
+
+    first, second = [*BEHAVE_PERSISTENT, "tag=first"], [*BEHAVE_PERSISTENT, "tag=second"]
+    jobs = [{"id": i, "task_fields": {"persistent_command": command}}
+            for i, command in enumerate([first, first, second, first])]
+    handler, _, _ = await run_jobs(kafka_bootstrap, jobs, Named(), max_executors=1)
+    results = sorted(handler.results, key=lambda r: r.task.source_offsets)
+    # One slot: starting `second` stopped the idle `first`, so `first` started afresh after it.
+    assert [r.stdout for r in results] == ["1\n", "2\n", "1\n", "1\n"]
+    assert len({r.pid for r in results}) == 3

@@ -487,6 +487,7 @@ class ProgramPool:
         """Stop the idle program that has waited longest (of another command: there is none of this one)."""
         oldest: list[Program] | None = None
         for idle in self._idle.values():
+            idle[:] = [program for program in idle if program.gone is None]
             if idle and (oldest is None or idle[0].idle_since < oldest[0].idle_since):
                 oldest = idle
         if oldest:
