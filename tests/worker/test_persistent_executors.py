@@ -179,6 +179,17 @@ async def test_a_program_killed_mid_task_fails_that_task_as_a_crash_and_the_retr
     assert [(g.succeeded, g.failed) for g in handler.groups] == [(1, 0), (1, 0)]
 
 
+async def test_a_program_that_exits_with_code_0_mid_task_has_not_answered_its_task_crashed(kafka_bootstrap):
+    jobs = [{"id": 0, "args": ["quit"]}, {"id": 1, "args": ["out=next"]}]
+    handler, _, _ = await run_jobs(kafka_bootstrap, jobs, Jobs(on_error=knarr.ErrorAction.SKIP), max_executors=1,
+                                   **persistent())
+    [error] = handler.errors
+    assert (error.reason, error.exit_code) == ("crash", 0)
+    assert "exited with code 0 while running the task" in error.stderr
+    assert [r.stdout for r in handler.results] == ["next
+"]
+
+
 async def test_a_task_past_its_deadline_kills_its_program_and_fails_alone(kafka_bootstrap):
     jobs = [{"id": 0, "args": ["out=before", "count"]}, {"id": 1, "args": ["sleep=60"], "timeout": 1},
             {"id": 2, "args": ["out=after", "count"]}]
