@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from knarr.config.cache import CacheConfig
 from knarr.config.environment import CONFIG_PATH_ENV, ENV_DELIMITER, ENV_PREFIX
 from knarr.config.models import (
     DlqConfig,
@@ -32,6 +33,7 @@ class KnarrConfig(Section):
     dlq: DlqConfig = Field(default_factory=DlqConfig, description="Where failed deliveries and unprocessable windows go.")
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="The /metrics, /healthz and /readyz server.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Log level and format.")
+    cache: CacheConfig = Field(default_factory=CacheConfig, description="The handler cache (self.cache): memory, SQLite, and a shared tier.")
     handler: HandlerSpec = Field(
         "",
         description="The handler class, 'package.module:Class' or 'path/to/file.py:Class' (a file is relative "
