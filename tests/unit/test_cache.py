@@ -257,9 +257,8 @@ async def test_a_pydantic_model_is_stored_as_json_and_read_back_as_the_model():
     (lambda c: c.set("k", "x" * 100), "cache.max_value_bytes"),
     (lambda c: c.set("k", 1, ttl=0), "ttl must be a number of seconds above 0"),
     (lambda c: c.set("k", 1, scope="everywhere"), "scope must be one of local, cluster, global"),
-    (lambda c: c.set("k", 1, scope="cluster"), "set cache.shared.url"),
     (lambda c: c.peek(""), "non-empty strings"),
-], ids=["none", "not-json", "too-big", "ttl", "scope", "no-shared-tier", "empty-key"])
+], ids=["none", "not-json", "too-big", "ttl", "scope", "empty-key"])
 def test_a_misuse_of_the_cache_raises_an_error_saying_what_to_do(call, message):
     cache = HandlerCache(cache_config(max_value_bytes=50), "w")
     with pytest.raises(CacheError, match=message):
@@ -299,3 +298,12 @@ def test_cache_numbers_past_their_bound_are_refused_naming_the_key(key, value, b
 def test_a_shared_tier_without_a_url_is_refused_naming_the_key():
     with pytest.raises(ConfigError, match="cache.shared.url"):
         config_from_dict({"sinks": SINK, "cache": {"enabled": True, "shared": {}}})
+
+
+async def test_a_shared_scope_without_a_shared_tier_keeps_the_entry_on_this_worker():
+    cache = HandlerCache(cache_config(), "w")
+    await cache.open()
+    cache.set("k", 1, scope="cluster")
+    cache.set("j", 2, scope="cluster")
+    assert cache.peek("k") == 1 and cache._unshared == {knarr.CacheScope.CLUSTER}
+    await cache.close()

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from knarr.api.tasks import PrecomputedResult
-from knarr.cache.entries import CacheError, CacheScope, Entry, check_key, check_scope, check_ttl, decode, encode, expiry
+from knarr.cache.entries import CacheScope, Entry, check_key, check_scope, check_ttl, decode, encode, expiry
 from knarr.cache.memory import MemoryTier
 from knarr.cache.shared import SharedTier
 from knarr.cache.store import Change, SqliteStore, db_path
@@ -54,6 +54,7 @@ class HandlerCache:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="knarr-cache") if self.store else None
         self._flusher: asyncio.Task | None = None
         self._flush_errors = Deduplicator(window_seconds=FLUSH_ERROR_LOG_SECONDS)
+        self._unshared: set[CacheScope] = set()
 
     def __repr__(self) -> str:
         return f"<handler cache: {len(self.memory)} entries in memory>"
@@ -126,9 +127,10 @@ class HandlerCache:
         check_key(key)
         scope = check_scope(key, scope)
         ttl = check_ttl(key, ttl, MAX_TTL_SECONDS) if ttl is not None else self.config.default_ttl_seconds
-        if scope is not CacheScope.LOCAL and self.shared is None:
-            raise CacheError(f"cache key {key!r}: scope={scope.value!r} needs the shared tier; set cache.shared.url "
-                             "(a Redis server every worker reaches), or use scope='local'")
+        if scope is not CacheScope.LOCAL and self.shared is None and scope not in self._unshared:
+            self._unshared.add(scope)  # said once per scope: a handler moved from Drakkar may use them without peers
+            self.log.warning(f"scope={scope.value!r} entries stay on this worker: there is no shared tier; "
+                             "set cache.shared.url to share them", key=key)
         value, text = encode(key, value, self.config.max_value_bytes)
         expires_at = expiry(self.clock(), ttl)
         self._remember(key, Entry(value, text, expires_at))
