@@ -96,3 +96,19 @@ async def test_an_unreachable_shared_tier_at_startup_is_an_outage_not_a_failure(
         assert await cache.get("missing") is None  # no wait: the tier is skipped during the outage
     finally:
         await cache.close()
+
+
+async def test_closing_the_cache_while_the_shared_tier_is_frozen_ends_within_its_bound(private_redis):
+    import time
+
+    cache = HandlerCache(CacheConfig(enabled=True, shared={"url": private_redis.address, "socket_timeout_seconds": 5}),
+                         "w1", "blue")
+    await cache.open()
+    with private_redis.frozen():
+        for i in range(20):
+            cache.set(f"k{i}", i, scope="cluster")
+        await asyncio.sleep(0.1)  # the writer is now waiting for an answer that does not come
+        started = time.monotonic()
+        await cache.close()
+        took = time.monotonic() - started
+    assert took < 2.5, f"closing took {took:.1f}s; the worker gives the cache 3 s"

@@ -29,7 +29,7 @@ from knarr.cache.entries import CacheScope
 from knarr.config.masking import mask_value
 from knarr.observability import metrics
 
-CLOSE_TIMEOUT = 2.0
+CLOSE_TIMEOUT = 1.0  # each of: the last writes, closing the connections (the worker gives the cache 3 s)
 
 
 @dataclass
@@ -70,6 +70,7 @@ class SharedTier:
         self._pending: deque[tuple[str, str | None, float | None]] = deque()
         self._wake = asyncio.Event()
         self._writer: asyncio.Task | None = None
+        self._closing = False
         metrics.cache_shared_available.set(1)
 
     def __str__(self) -> str:
@@ -132,15 +133,27 @@ class SharedTier:
         self._wake.set()
 
     async def _write_loop(self) -> None:
+        """Send what is queued, one pipeline at a time; during an outage, wait for the retry time.
+
+        Once ``close()`` asked it to, the loop ends as soon as nothing is queued or the tier is away.
+        """
         while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._pending:
-                wait = self.outage.retry_at - self.clock()
-                if not self.outage.usable(self.clock()):
-                    await asyncio.sleep(wait)
-                    continue
-                await self._send()
+            if not self._pending:
+                if self._closing:
+                    return
+                await self._wake.wait()
+                self._wake.clear()
+                continue
+            if not self.outage.usable(self.clock()):
+                if self._closing:
+                    return
+                try:
+                    await asyncio.wait_for(self._wake.wait(), max(0.0, self.outage.retry_at - self.clock()))
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+                continue
+            await self._send()
 
     async def _send(self) -> None:
         assert self.client is not None
@@ -182,22 +195,21 @@ class SharedTier:
             self.log.info("shared cache tier answers again", tier=str(self), outage_seconds=round(lasted, 1))
 
     async def close(self) -> None:
-        """Send what is queued (bounded), then close the connections."""
+        """Send what is queued (for at most CLOSE_TIMEOUT), then close the connections."""
         writer, self._writer = self._writer, None
+        self._closing = True
+        self._wake.set()
         if writer is not None:
-            writer.cancel()
-            await asyncio.gather(writer, return_exceptions=True)
+            try:
+                await asyncio.wait_for(writer, CLOSE_TIMEOUT)  # cancels the writer when it takes longer
+            except TimeoutError:
+                pass
+        if self._pending:  # a cache write lost at shutdown is a later miss
+            metrics.cache_shared_writes_dropped.inc(len(self._pending))
+            self._pending.clear()
         client, self.client = self.client, None
         if client is None:
             return
-        try:
-            if self._pending and self.outage.usable(self.clock()):
-                self.client = client
-                await asyncio.wait_for(self._send(), CLOSE_TIMEOUT)
-        except (TimeoutError, rex.RedisError, OSError):
-            pass  # a cache write lost at shutdown is a later miss
-        finally:
-            self.client = None
         try:
             await asyncio.wait_for(client.aclose(), CLOSE_TIMEOUT)
         except (TimeoutError, rex.RedisError, OSError):
