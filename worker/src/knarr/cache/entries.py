@@ -16,6 +16,8 @@ from pydantic import BaseModel
 from knarr.errors import KnarrError
 
 MAX_KEY_CHARS = 1024
+# One encoder, made once: json.dumps with any option builds a new encoder per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 ENABLE_HINT = "set cache.enabled: true in the config (or KNARR_CACHE__ENABLED=true)"
 
 
@@ -62,7 +64,7 @@ def encode(key: str, value: Any, max_bytes: int) -> tuple[Any, str]:
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise CacheError(f"cache key {key!r}: the value is not JSON ({exc}); store str, numbers, bools, "
                          "lists, dicts or a pydantic model") from None

@@ -55,6 +55,7 @@ class HandlerCache:
         self._flusher: asyncio.Task | None = None
         self._flush_errors = Deduplicator(window_seconds=FLUSH_ERROR_LOG_SECONDS)
         self._unshared: set[CacheScope] = set()
+        metrics.cache_entries.set_function(lambda: len(self.memory))  # read at scrape time, not per write
 
     def __repr__(self) -> str:
         return f"<handler cache: {len(self.memory)} entries in memory>"
@@ -72,7 +73,6 @@ class HandlerCache:
                 rows = await self._in_thread(self.store.recent, self.config.max_entries, self.clock())
                 for key, text, expires_at in rows:
                     self.memory.put(key, Entry(decode(text), text, expires_at))
-                metrics.cache_entries.set(len(self.memory))
             self._flusher = asyncio.create_task(self._flush_loop())
         if self.shared is not None:
             await self.shared.open()
@@ -142,7 +142,6 @@ class HandlerCache:
     def delete(self, key: str) -> bool:
         """Remove ``key`` from every tier (SQLite and the shared tier on their next write); True if memory held it."""
         held = self.memory.delete(check_key(key))
-        metrics.cache_entries.set(len(self.memory))
         if self.store is not None:
             self._dirty[key] = (key, None, None)
         if self.shared is not None:
@@ -195,7 +194,6 @@ class HandlerCache:
         evicted = self.memory.put(key, entry)
         if evicted:
             metrics.cache_evictions.inc(len(evicted))
-        metrics.cache_entries.set(len(self.memory))
         return entry
 
     # --- write-behind ----------------------------------------------------------------------
