@@ -122,7 +122,8 @@ class HandlerCache:
         """Store ``value`` (JSON, or a pydantic model) for ``ttl`` seconds (None: cache.default_ttl_seconds).
 
         ``scope``: local (this worker), cluster (also the shared tier, for this cluster's workers)
-        or global (also the shared tier, for every worker).
+        or global (also the shared tier, for every worker). Memory keeps the value object itself:
+        change a stored dict or list and ``peek`` sees the change, SQLite and the other workers do not.
         """
         check_key(key)
         scope = check_scope(key, scope)
