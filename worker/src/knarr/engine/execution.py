@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from typing import Any
 
 from knarr.api.handler import BaseHandler
 from knarr.api.tasks import ErrorAction, ExecutorError, ExecutorResult, ExecutorTask
@@ -46,6 +47,7 @@ class TaskExecutor:
         # access) on every spawn cost about 40 us of worker CPU per task.
         self._base_env = task_environment(config.env_inherit, os.environ, config.env, always=self._marker)
         self._labels = TaskLabelCounter(config.metric_labels, config.metric_label_values_max)
+        self.recorder: Any = None  # the flight recorder, or None (debug off)
 
     def _count(self, status: str, task: ExecutorTask) -> None:
         metrics.labelled(metrics.tasks, status).inc()
@@ -66,6 +68,8 @@ class TaskExecutor:
         """Run ``task`` until it succeeds, fails for good or is replaced; returns the outcome and attempts made."""
         while True:
             outcome = await self._attempt(task, partition, attempt)
+            if self.recorder is not None:
+                _record_attempt(self.recorder, task, partition, outcome)
             if isinstance(outcome, ExecutorResult):
                 return Succeeded(outcome), attempt
             error = outcome
@@ -78,6 +82,9 @@ class TaskExecutor:
             decision = await self._on_error(task, error)
             if isinstance(decision, list):
                 self._count("replaced", task)
+                if self.recorder is not None:
+                    self.recorder.record("task_replaced", partition, None, task.task_id, task.parent_task_id,
+                                         data={"replacements": [t.task_id for t in decision], "attempt": attempt})
                 log.debug("task failed; replaced by on_error", replacements=len(decision), **task_context(task))
                 return Replaced(error, decision), attempt
             if decision is ErrorAction.RETRY and attempt < self.max_attempts(task):
@@ -121,7 +128,12 @@ class TaskExecutor:
 
         priority = call_sync_hook("task_priority", self._priority, task, log=log, default=_DEFAULT_PRIORITY,
                                   **task_context(task)).value
+        waiting_since = time.monotonic() if self.recorder is not None else 0.0
         await self.scheduler.acquire(partition, priority)
+        if self.recorder is not None:
+            self.recorder.record("task_started", partition, None, task.task_id, task.parent_task_id, data={
+                "slot_wait_ms": round((time.monotonic() - waiting_since) * 1000, 3), "attempt": attempt,
+                "args": task.args})
         try:
             if is_expired(time.time(), task.expires_at):  # expired while waiting for a slot: never run
                 return _expired(task, attempt)
@@ -169,6 +181,22 @@ class TaskExecutor:
             returned=repr(decision)[:200], **task_context(task),
         )
         return ErrorAction.SKIP
+
+
+def _record_attempt(recorder: Any, task: ExecutorTask, partition: int, outcome: ExecutorResult | ExecutorError) -> None:
+    """One attempt's end in the flight recorder: task_finished (exit 0) or task_failed, with its output."""
+    if isinstance(outcome, ExecutorResult):
+        recorder.record("task_finished", partition, None, task.task_id, task.parent_task_id,
+                        outcome.duration_seconds * 1000, {
+                            "exit_code": outcome.exit_code, "args": task.args, "attempt": outcome.attempt,
+                            "pid": outcome.pid, "stdout": outcome.stdout, "stderr": outcome.stderr})
+        return
+    result = outcome.result
+    recorder.record("task_failed", partition, None, task.task_id, task.parent_task_id,
+                    result.duration_seconds * 1000 if result is not None else None, {
+                        "reason": outcome.reason, "exit_code": outcome.exit_code, "args": task.args,
+                        "attempt": outcome.attempt, "pid": outcome.pid, "stderr": outcome.stderr,
+                        "stdout": result.stdout if result is not None else None, "error": outcome.exception})
 
 
 def task_context(task: ExecutorTask) -> dict[str, object]:

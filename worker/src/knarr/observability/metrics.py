@@ -44,6 +44,7 @@ probe_connections_dropped = Counter(
     "Connections to the probe/metrics server dropped or refused", ["reason"],  # busy|evicted|slow|oversize
 )
 flight_events = Counter("knarr_flight_events_total", "Flight events by kind", ["event"])
+recorder_dropped = Counter("knarr_recorder_events_dropped_total", "Flight recorder events dropped because its buffer was full (debug.max_buffer)")
 dlq_dropped = Counter("knarr_dlq_dropped_total", "Dead letters the DLQ refused and dlq.on_send_failure=drop gave up on")
 dlq_stalls = Counter("knarr_dlq_stalls_total", "Times a partition stalled because the DLQ refused a dead letter")
 parse_errors = Counter("knarr_parse_errors_total", "Messages that did not parse, by what on_parse_error did", ["policy"])
