@@ -49,6 +49,22 @@ async def get_json(session: aiohttp.ClientSession, worker: Worker, path: str, **
         return await response.json()
 
 
+async def recorded_commits(session: aiohttp.ClientSession, worker: Worker, ends: dict[int, int],
+                           timeout: float = 30) -> None:
+    """Wait until the recorder has the commits the broker has (the worker learns of a commit a poll later)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        events = (await get_json(session, worker, "/api/events", kind="committed"))["events"]
+        recorded: dict[int, int] = {}
+        for event in events:
+            recorded[event["partition"]] = max(recorded.get(event["partition"], 0), event["offset"])
+        if recorded == ends:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"recorded commits {recorded}, broker {ends}"
+        await asyncio.sleep(0.2)
+        await worker.recorder.flush()
+
+
 async def test_a_messages_trace_is_the_group_its_handler_saw(kafka_bootstrap, tmp_path, monkeypatch):
     seen_file = tmp_path / "groups.jsonl"
     monkeypatch.setenv(GROUPS_ENV, str(seen_file))
@@ -62,8 +78,8 @@ async def test_a_messages_trace_is_the_group_its_handler_saw(kafka_bootstrap, tm
         ends = end_offsets(kafka_bootstrap, topic)
         await wait_until(lambda: committed_offsets(kafka_bootstrap, worker.config.kafka.consumer_group, topic) == ends,
                          60, "the commits")
-        await wait_until(lambda: worker.recorder.stored and not worker.recorder._buffer, 30, "a flush")
         async with aiohttp.ClientSession() as session:
+            await recorded_commits(session, worker, ends)
             traces = {(p, o): await get_json(session, worker, f"/api/trace/{p}/{o}") for p, o in produced}
 
     for line in seen_file.read_text().splitlines():
@@ -101,7 +117,7 @@ async def test_every_api_endpoint_answers_on_a_running_worker(kafka_bootstrap, t
     async with running(worker), aiohttp.ClientSession() as session:
         await wait_until(lambda: committed_offsets(kafka_bootstrap, worker.config.kafka.consumer_group, topic) == {0: 1},
                          60, "the commit")
-        await worker.recorder.flush()
+        await recorded_commits(session, worker, {0: 1})
         overview = await get_json(session, worker, "/api/overview")
         assert overview["worker"] == worker.worker_id and overview["pool"]["max"] == 4
         assert [p["partition"] for p in overview["partitions"]] == [0]
@@ -201,6 +217,8 @@ async def test_the_fleet_merges_the_databases_of_two_workers_of_one_group(kafka_
             merged = await get_json(session, first, "/api/fleet/events", kind="message_complete")
     assert sorted(w["worker"] for w in fleet["workers"]) == ["worker-a", "worker-b"]
     assert all(w["debug_url"].startswith("http://127.0.0.1:") for w in fleet["workers"])
+    peer = next(w for w in fleet["workers"] if w["worker"] == "worker-b")  # its state: a worker_state snapshot
+    assert peer["state"]["worker"] == "worker-b" and [p["partition"] for p in peer["state"]["partitions"]] in ([0], [1])
     by_worker = {(e["partition"], e["offset"]): e["worker"] for e in merged["events"]}
     assert set(by_worker) == set(produced)
     assert set(by_worker.values()) == {"worker-a", "worker-b"}
@@ -299,3 +317,14 @@ async def test_the_probe_endpoint_runs_the_probe_or_names_the_missing_module(kaf
                 assert response.status == 501 and "knarr.debug.probe" in body["error"]
             else:
                 assert response.status == 200 and body["group"]["total"] == 2
+
+
+async def test_an_unwritable_db_dir_stops_startup_naming_the_key(kafka_bootstrap, tmp_path):
+    from knarr.errors import UnavailableError
+
+    topic, out = topics(kafka_bootstrap)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    worker = fanout_worker(kafka_bootstrap, tmp_path, topic, out, debug=debug_section(tmp_path, db_dir=str(blocker)))
+    with pytest.raises(UnavailableError, match=r"debug\.db_dir .*a-file"):
+        await asyncio.wait_for(worker.run(), 60)

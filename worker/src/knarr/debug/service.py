@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import sqlite3
 from typing import Any
 
 from knarr.config.masking import masked
@@ -34,6 +35,10 @@ async def start_debug(worker: Any) -> tuple[FlightRecorder, DebugServer]:
     recorder.debug_url = cfg.debug.debug_url or server.url
     try:
         await recorder.start()
+    except (OSError, sqlite3.Error) as exc:
+        await server.stop()
+        raise UnavailableError(f"debug.db_dir {cfg.debug.db_dir!r}: the flight recorder cannot write its database there "
+                               f"({exc}); point it at a writable directory, or set it to '' to keep events in memory") from None
     except Exception:
         await server.stop()
         raise
