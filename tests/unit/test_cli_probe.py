@@ -64,3 +64,21 @@ def test_a_missing_message_file_exits_2_naming_it(tmp_path):
 def test_a_timeout_out_of_range_is_refused_by_the_arguments(tmp_path, timeout):
     proc = probe(tmp_path, "Fine", "--timeout", timeout, "-")
     assert proc.returncode == ExitCode.USAGE and "--timeout" in proc.stderr
+
+
+def test_a_handler_using_the_cache_is_probed_with_a_cache_of_its_own_in_memory(tmp_path):
+    (tmp_path / "cached.py").write_text(
+        "import knarr\n"
+        "class Cached(knarr.BaseHandler):\n"
+        "    async def arrange(self, messages, pending):\n"
+        "        self.cache.set('seen', messages[0].value.decode())\n"
+        "        return [knarr.ExecutorTask(source_offsets=[messages[0].offset], precomputed=await self.cache.precomputed('seen'))]\n")
+    cache_dir = tmp_path / "worker-cache"
+    (tmp_path / "knarr.yaml").write_text(json.dumps({"sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}},
+                                                     "cache": {"enabled": True, "db_dir": str(cache_dir)}}))
+    proc = subprocess.run([sys.executable, "-m", "knarr.cli", "probe", "--config", str(tmp_path / "knarr.yaml"),
+                           "--handler", f"{tmp_path / 'cached.py'}:Cached", "--json", "-"],
+                          input='{"value": "x"}', capture_output=True, text=True, timeout=120)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    assert json.loads(proc.stdout)["group"]["succeeded"] == 1
+    assert not cache_dir.exists(), "the probe must not write the worker's cache file"

@@ -186,8 +186,7 @@ async def test_a_program_that_exits_with_code_0_mid_task_has_not_answered_its_ta
     [error] = handler.errors
     assert (error.reason, error.exit_code) == ("crash", 0)
     assert "exited with code 0 while running the task" in error.stderr
-    assert [r.stdout for r in handler.results] == ["next
-"]
+    assert [r.stdout for r in handler.results] == ["next\n"]
 
 
 async def test_a_task_past_its_deadline_kills_its_program_and_fails_alone(kafka_bootstrap):

@@ -8,7 +8,8 @@ header, a DSN with a password) is refused: it would sit in plain text in the Con
 in the Pipeline, which more people can read than Secrets).
 
 Which values may come from a Secret:
-- whole fields, listed in :data:`SECRET_FIELDS` (sink connection strings and URLs, the debug UI's token);
+- whole fields, listed in :data:`SECRET_FIELDS` (sink connection strings and URLs, the debug UI's token,
+  the shared cache tier's URL);
 - every value of the maps in :data:`SECRET_MAPS` (librdkafka properties, HTTP headers, task env).
 """
 
@@ -33,6 +34,7 @@ from knarr.config import (
     PostgresSinkConfig,
     RedisSinkConfig,
 )
+from knarr.config.cache import SharedCacheConfig
 from knarr.config.environment import ENV_DELIMITER, env_name
 from knarr.config.models import DebugConfig
 from knarr.config.secrets import has_credentials, is_secret_key
@@ -46,6 +48,7 @@ SECRET_FIELDS: dict[type[BaseModel], frozenset[str]] = {
     RedisSinkConfig: frozenset({"url"}),
     HttpSinkConfig: frozenset({"url"}),
     DebugConfig: frozenset({"token"}),
+    SharedCacheConfig: frozenset({"url"}),
 }
 SECRET_MAPS: dict[type[BaseModel], frozenset[str]] = {
     KafkaConfig: frozenset({"extra"}),

@@ -67,11 +67,17 @@ def config_mounts() -> list[dict[str, Any]]:
 
 
 def _sink_data_volumes(config: WorkerConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The root filesystem is read-only: filesystem sinks get a scratch volume at their base path."""
+    """The root filesystem is read-only: filesystem sinks get a scratch volume at their base path,
+    and the handler cache one at its db_dir (it outlives a container restart, as the pod's name
+    and so the cache file's name do)."""
     volumes, mounts = [], []
     for i, (name, sink) in enumerate(sorted(config.validated.sinks.filesystem.items())):
         volumes.append({"name": f"sink-{i}", "emptyDir": {}})
         mounts.append({"name": f"sink-{i}", "mountPath": sink.base_path})
+    cache = config.validated.cache
+    if cache.enabled and cache.db_dir and not (cache.db_dir + "/").startswith("/tmp/"):
+        volumes.append({"name": "cache", "emptyDir": {}})
+        mounts.append({"name": "cache", "mountPath": cache.db_dir})
     return volumes, mounts
 
 

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from knarr.api.handler import BaseHandler, ready_arguments
+from knarr.cache.handler_cache import attach_cache
 from knarr.cli.run import load
 from knarr.config.root import CONFIG_PATH_ENV, KnarrConfig
 from knarr.debug.probe import DEFAULT_TIMEOUT_SECONDS, ProbeInputError, ProbeMessage, read_message, run_probe
@@ -91,16 +92,24 @@ def _instantiate(handler_cls: type[BaseHandler], spec: str) -> BaseHandler:
 
 
 async def _probe(config: KnarrConfig, handler: BaseHandler, message: ProbeMessage, timeout: float) -> dict[str, Any]:
+    cache = None
     for hook in ("on_startup", "on_ready"):
         try:
             if hook == "on_startup":
                 updated = await handler.on_startup(config)
                 config = updated if isinstance(updated, KnarrConfig) else config
+                # A cache of the probe's own, in memory only: it reads and writes no worker's file or shared tier.
+                cache = await attach_cache(config.model_copy(update={"cache": config.cache.model_copy(
+                    update={"db_dir": "", "shared": None})}), handler, "")
             else:
                 await handler.on_ready(*ready_arguments(handler.on_ready, config, None))
         except Exception as exc:
             raise HandlerError(f"the handler's {hook} raised {type(exc).__name__}: {exc}") from None
-    return await run_probe(config, handler, message, timeout=timeout)
+    try:
+        return await run_probe(config, handler, message, timeout=timeout)
+    finally:
+        if cache is not None:
+            await cache.close()
 
 
 def went_wrong(report: dict[str, Any]) -> bool:

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from knarr.config.cache import CacheConfig
 from knarr.config.environment import CONFIG_PATH_ENV, ENV_DELIMITER, ENV_PREFIX
 from knarr.config.models import (
     DebugConfig,
@@ -34,6 +35,7 @@ class KnarrConfig(Section):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="The /metrics, /healthz and /readyz server.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Log level and format.")
     debug: DebugConfig = Field(default_factory=DebugConfig, description="The flight recorder and the debug web UI (off by default).")
+    cache: CacheConfig = Field(default_factory=CacheConfig, description="The handler cache (self.cache): memory, SQLite, and a shared tier.")
     handler: HandlerSpec = Field(
         "",
         description="The handler class, 'package.module:Class' or 'path/to/file.py:Class' (a file is relative "

@@ -16,12 +16,14 @@ import time
 from typing import Any
 
 from knarr.api.handler import BaseHandler, periodic_methods, ready_arguments
+from knarr.cache.handler_cache import HandlerCache, attach_cache
 from knarr.config.librdkafka import ConsumerSettingsError, check_consumer_settings
 from knarr.config.loading import ConfigError
 from knarr.config.root import KnarrConfig
 from knarr.engine.backpressure import Flow, decide_flow, held_load
 from knarr.engine.execution import TaskExecutor
 from knarr.engine.hooks import call_hook
+from knarr.engine.periodic import run_periodic
 from knarr.engine.processes import seal_inherited_fds
 from knarr.engine.processor import PartitionProcessor
 from knarr.engine.scheduling import SlotScheduler
@@ -69,6 +71,7 @@ class Worker:
         self._background: set[asyncio.Task] = set()
         self.health: HealthServer | None = None
         self.sinks: SinkManager | None = None
+        self.cache: HandlerCache | None = None
         self.stats = RunStats()
         self.loop_lag = LoopLagProbe()
         # Set by the CLI (a process of its own): a shutdown that overruns its deadline (a client stuck
@@ -118,6 +121,7 @@ class Worker:
         )
         self.executor = TaskExecutor(self.handler, self.scheduler, cfg.executor)
         try:
+            self.cache = await attach_cache(cfg, self.handler, cluster or cfg.cluster_name)
             if cfg.debug.enabled:
                 await self._start_debug()
             await self.sinks.connect_all()
@@ -127,6 +131,7 @@ class Worker:
             self._install_signals()
             await self.source.start(self._assign, self._revoke)
         except Exception:
+            await self._stop_background()
             await self._stop_debug()
             await self._close_outputs()
             raise
@@ -225,18 +230,7 @@ class Worker:
 
     def _start_periodic(self) -> None:
         for name, spec, fn in periodic_methods(self.handler):
-            self._spawn(self._periodic(name, spec.seconds, spec.on_error, fn))
-
-    async def _periodic(self, name: str, seconds: float, on_error: str, fn: Any) -> None:
-        while True:
-            await asyncio.sleep(seconds)
-            try:
-                await fn()
-            except Exception:
-                metrics.hook_errors.labels(f"periodic:{name}").inc()
-                self.log.exception("periodic task raised", task=name, on_error=on_error)
-                if on_error == "stop":
-                    return
+            self._spawn(run_periodic(name, spec, fn, self.log))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -483,6 +477,8 @@ class Worker:
         await asyncio.gather(*(p.stop() for p in processors))
         self.processors.clear()
         await self.executor.close()
+        if self.cache is not None:  # every hook is done: nothing sets an entry after this flush
+            await self._bounded("closing the cache", self.cache.close())
         await self._stop_debug()
         await asyncio.gather(self._bounded("closing the sinks", self._close_outputs()),
                              self._bounded("closing the consumer", self.source.close()))
@@ -519,6 +515,14 @@ class Worker:
             self._stuck.append(step)
             return False
         return result is not False
+
+    async def _stop_background(self) -> None:
+        """Cancel the periodic tasks and hooks started so far, and the cache (a startup that failed)."""
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if self.cache is not None:
+            await self.cache.close()
 
     async def _close_outputs(self) -> None:
         if self.sinks is not None:
