@@ -7,6 +7,8 @@ exit so background stragglers cannot outlive their task.
 Spawning is the hot path of a CPU-heavy pipeline, so this does not go through asyncio's
 subprocess transports (about 300 µs of worker CPU per process): ``posix_spawnp`` (vfork
 under the hood, no page-table copy) and a pidfd that becomes readable when the child exits.
+The spawn runs on the spawner thread (spawner.py), never on the event loop, which only
+awaits its result and then waits for the pidfd.
 
 The child's stdout and stderr are memfds (anonymous in-memory files), not pipes. Nobody has
 to drain them while the task runs, so the pidfd is the only thing registered with the event
