@@ -7,6 +7,7 @@ import json
 import time
 
 import knarr
+import structlog
 from knarr.config.loading import config_from_dict
 from knarr.engine.worker import Worker
 from knarr.observability.loop_lag import STALL_WARNING_SECONDS, LoopLagProbe
@@ -71,7 +72,11 @@ async def test_a_hook_that_blocks_the_loop_is_reported_once_as_a_stall_naming_th
     messages = [knarr.SourceMessage(topic="t", partition=0, offset=o, value=b"{}") for o in range(20)]
     worker = Worker(config, handler, source=MemorySource(messages))
     worker.loop_lag.interval = 0.02
-    assert await asyncio.wait_for(worker.run(), 60) == 0
+    saved = structlog.get_config()  # the worker logs to this test's captured stderr: later tests must not
+    try:
+        assert await asyncio.wait_for(worker.run(), 60) == 0
+    finally:
+        structlog.configure(**saved)
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
     stalls = [line for line in lines if line["event"].startswith("event loop stalled")]
     assert len(stalls) == 1, stalls
