@@ -88,14 +88,22 @@ async def test_a_hook_that_blocks_the_loop_is_reported_once_as_a_stall_naming_th
 
 
 def test_stall_warnings_are_rate_limited_and_count_what_they_held_back():
+    import logging
+
     from structlog.testing import capture_logs
 
-    probe = LoopLagProbe(stall_seconds=0.25, warn_every=0.2)
-    with capture_logs() as logged:
-        for lag in (0.3, 0.01, 0.4, 0.5):
-            probe.observe(lag)
-    assert [e["lag_seconds"] for e in logged] == [0.3]
-    time.sleep(0.25)  # the next window
-    with capture_logs() as logged:
-        probe.observe(0.7)
-    assert [(e["lag_seconds"], e["more_stalls_suppressed"]) for e in logged] == [(0.7, 2)]
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+                        cache_logger_on_first_use=False)  # whatever an earlier test left
+    try:
+        probe = LoopLagProbe(stall_seconds=0.25, warn_every=0.2)
+        with capture_logs() as logged:
+            for lag in (0.3, 0.01, 0.4, 0.5):
+                probe.observe(lag)
+        assert [e["lag_seconds"] for e in logged] == [0.3]
+        time.sleep(0.25)  # the next window
+        with capture_logs() as logged:
+            probe.observe(0.7)
+        assert [(e["lag_seconds"], e["more_stalls_suppressed"]) for e in logged] == [(0.7, 2)]
+    finally:
+        structlog.configure(**saved)
