@@ -473,6 +473,7 @@ class Worker:
                 self.log.warning("drain incomplete; final commit skipped, in-flight messages will be replayed")
         await asyncio.gather(*(p.stop() for p in processors))
         self.processors.clear()
+        await self.executor.close()
         if self.cache is not None:  # every hook is done: nothing sets an entry after this flush
             await self._bounded("closing the cache", self.cache.close())
         await self._stop_debug()

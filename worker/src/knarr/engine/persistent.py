@@ -1,0 +1,247 @@
+"""Persistent executors: long-lived programs that run many tasks each (docs/task-protocol.md).
+
+Spawning a process per task costs a fork, an exec and the program's own start-up; for a tiny
+task (a lookup, a regex, a small model call) that is the whole cost. Here a program
+(programs.py) starts once and runs task after task, one at a time; this module is the pool.
+
+- **One program per pool slot.** A task holds a slot (the SlotScheduler's) while its program
+  runs it, so no more programs are busy than there are slots; starting a new one when the
+  worker already has ``max_executors`` alive stops an idle one of another command first.
+- **Reuse last in, first out.** The programs that work stay warm; the extra ones a burst
+  started reach ``max_idle_seconds`` and are stopped.
+- **Failures replace the program, never the worker.** A task past its deadline, a program
+  that dies mid-task or writes something that is no frame: the program is killed and the task
+  fails (reasons ``timeout``, ``crash``, ``protocol``) through the usual ``on_error`` path;
+  the next task starts a new program, after a delay that grows while programs keep failing
+  (``restart_backoff_*``) and resets on the first task that succeeds.
+- **Limits checked after each task**: ``max_tasks_per_process`` and ``max_rss_mb`` retire a
+  program once the task it was running has finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+
+from knarr.api.tasks import ExecutorTask
+from knarr.config.models import ExecutorConfig, PersistentConfig
+from knarr.engine.backoff import retry_delay
+from knarr.engine.capture import decode_head
+from knarr.engine.frames import PROTOCOL_VERSION, FrameError, encode
+from knarr.engine.processes import ProcessOutcome, launch_problem
+from knarr.engine.programs import Program, ProgramFailure, rss_bytes
+from knarr.observability import metrics
+from knarr.observability.logging import get_logger
+
+log = get_logger(component="persistent")
+
+
+def program_command(task: ExecutorTask, config: ExecutorConfig) -> tuple[str, ...] | None:
+    """The program a task runs in, or None for spawn mode. An empty tuple: persistent asked, none configured."""
+    if task.persistent is False:
+        return None
+    if task.persistent_command:
+        return tuple(task.persistent_command)
+    default = config.persistent.command if config.persistent is not None else None
+    if task.persistent:
+        return tuple(default) if default else ()
+    if default and task.binary_path is None:
+        return tuple(default)
+    return None
+
+
+class ProgramPool:
+    """The worker's persistent programs, by command: started on demand, reused, replaced, stopped."""
+
+    def __init__(self, config: ExecutorConfig, env: Mapping[str, str]) -> None:
+        self.settings: PersistentConfig = config.persistent or PersistentConfig()
+        self.keep = config.max_output_bytes
+        self.slots = config.max_executors
+        self.env = dict(env)
+        self._idle: dict[tuple[str, ...], list[Program]] = {}
+        self._live: set[Program] = set()
+        self._failures = 0  # consecutive program failures (crash, protocol, launch): the restart backoff
+        self._next_start = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    @property
+    def live(self) -> int:
+        return len(self._live)
+
+    async def run(self, command: tuple[str, ...], task: ExecutorTask, timeout: float) -> ProcessOutcome:
+        """Run one task in a program of ``command``; the outcome reads like spawn mode's."""
+        started = time.monotonic()
+        try:
+            request = encode({"type": "task", "id": task.task_id, "args": task.args, "env": task.env,
+                              "timeout_seconds": timeout}, (task.stdin or "").encode())
+        except (UnicodeEncodeError, FrameError) as exc:
+            problem = launch_problem(task.args, task.env, task.stdin) or str(exc)
+            return _launch_failure(command, problem, started)
+        try:
+            program = await self._take(command)
+        except ProgramFailure as exc:
+            self._failed()
+            return _launch_failure(command, exc.message, started)
+        try:
+            frame = await program.ask(request, timeout, "task")
+            header = frame.header
+            problem = _result_problem(header, task.task_id)
+            if problem:
+                program.fail("protocol", problem)
+                raise ProgramFailure("protocol", f"the program answered with a malformed result: {problem}")
+        except ProgramFailure as exc:
+            self._forget(program, exc.reason)
+            duration = round(time.monotonic() - started, 3)
+            if exc.reason == "timeout":
+                return ProcessOutcome(-1, "", exc.message, program.pid, duration, timed_out=True)
+            self._failed()
+            log.warning("persistent program failed", reason=exc.reason, error=exc.message, task_id=task.task_id)
+            code = exc.exit_code if exc.exit_code is not None else -1
+            return ProcessOutcome(code, "", exc.message, program.pid, duration, failure=exc.reason)
+        except BaseException:  # cancelled (shutdown, revoke): it is mid-task, so it cannot be reused
+            program.kill("was stopped mid-task")
+            self._forget(program, "cancelled")
+            raise
+        elapsed = time.monotonic() - started
+        reported = header.get("duration_seconds")
+        duration = reported if type(reported) in (int, float) and 0 <= reported <= elapsed else elapsed
+        self._failures = 0
+        program.tasks += 1
+        self._release(program)
+        stdout, stderr = frame.parts
+        out_cut, err_cut = frame.truncated
+        return ProcessOutcome(header["exit_code"], decode_head(stdout, out_cut), decode_head(stderr, err_cut),
+                              program.pid, round(duration, 3), stdout_truncated=out_cut, stderr_truncated=err_cut)
+
+    # --- programs in and out ----------------------------------------------------------------------
+    async def _take(self, command: tuple[str, ...]) -> Program:
+        idle = self._idle.get(command)
+        while idle:
+            program = idle.pop()
+            if program.gone is None:
+                return program
+        if len(self._live) >= self.slots:
+            self._evict_idle()
+        wait = self._next_start - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)  # the restart backoff (holding the slot: its program is what failed)
+        return await self._start(command)
+
+    async def _start(self, command: tuple[str, ...]) -> Program:
+        try:
+            program = await Program.start(command, self.env, self.keep)
+        except OSError as exc:
+            raise ProgramFailure("launch", exc.strerror or str(exc)) from None
+        self._live.add(program)
+        program.exited.add_done_callback(lambda _: self._live.discard(program))
+        try:
+            frame = await program.ask(b"", self.settings.start_timeout_seconds, "waiting for its hello frame")
+        except ProgramFailure as exc:
+            program.kill("failed to start")
+            raise ProgramFailure("launch", f"no hello frame: {exc.message}{program.stderr_tail()}") from None
+        except BaseException:
+            program.kill("was stopped while starting")
+            raise
+        header = frame.header
+        if header.get("type") != "hello" or header.get("protocol") != PROTOCOL_VERSION:
+            program.fail("protocol", "bad hello")
+            raise ProgramFailure("launch", f"its first frame must be a hello speaking protocol {PROTOCOL_VERSION}, "
+                                           f"got {_shown(header)}")
+        log.debug("persistent program started", command=list(command), pid=program.pid)
+        return program
+
+    def _release(self, program: Program) -> None:
+        settings = self.settings
+        if program.gone is not None or self._closed:
+            self._forget(program, "shutdown")
+            return
+        if settings.max_tasks_per_process is not None and program.tasks >= settings.max_tasks_per_process:
+            self._retire(program, "max_tasks")
+            return
+        if settings.max_rss_mb is not None:
+            rss = rss_bytes(program.pid)
+            if rss is not None and rss > settings.max_rss_mb * 1024 * 1024:
+                log.info("persistent program over max_rss_mb; replacing it", pid=program.pid,
+                         rss_mb=round(rss / 1024 / 1024, 1), max_rss_mb=settings.max_rss_mb)
+                self._retire(program, "max_rss")
+                return
+        program.idle_since = time.monotonic()
+        self._idle.setdefault(program.command, []).append(program)
+        if self._idle_timer is None:
+            self._arm_idle_timer()
+
+    def _retire(self, program: Program, reason: str) -> None:
+        metrics.labelled(metrics.persistent_exits, reason).inc()
+        program.retire(reason, self.settings.stop_grace_seconds)
+
+    def _forget(self, program: Program, reason: str) -> None:
+        metrics.labelled(metrics.persistent_exits, reason).inc()
+
+    def _failed(self) -> None:
+        self._failures += 1
+        settings = self.settings
+        self._next_start = time.monotonic() + retry_delay(
+            self._failures, settings.restart_backoff_base_seconds, settings.restart_backoff_max_seconds)
+
+    def _evict_idle(self) -> None:
+        """Stop the idle program that has waited longest (of another command: there is none of this one)."""
+        oldest: list[Program] | None = None
+        for idle in self._idle.values():
+            idle[:] = [program for program in idle if program.gone is None]
+            if idle and (oldest is None or idle[0].idle_since < oldest[0].idle_since):
+                oldest = idle
+        if oldest:
+            self._retire(oldest.pop(0), "evicted")
+
+    def _arm_idle_timer(self) -> None:
+        firsts = [idle[0].idle_since for idle in self._idle.values() if idle]
+        if not firsts:
+            self._idle_timer = None
+            return
+        delay = max(0.0, min(firsts) + self.settings.max_idle_seconds - time.monotonic())
+        self._idle_timer = asyncio.get_running_loop().call_later(delay, self._reap_idle)
+
+    def _reap_idle(self) -> None:
+        limit = time.monotonic() - self.settings.max_idle_seconds
+        for idle in self._idle.values():
+            while idle and (idle[0].gone is not None or idle[0].idle_since <= limit):
+                program = idle.pop(0)
+                if program.gone is None:
+                    self._retire(program, "max_idle")
+        self._arm_idle_timer()
+
+    async def close(self) -> None:
+        """Stop every program: stdin closed, ``stop_grace_seconds`` to exit, then its group killed; all reaped."""
+        self._closed = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        self._idle.clear()
+        live = list(self._live)
+        for program in live:
+            self._retire(program, "shutdown")
+        if live:
+            await asyncio.gather(*(asyncio.shield(p.exited) for p in live), return_exceptions=True)
+
+
+def _result_problem(header: dict, task_id: str) -> str | None:
+    if header.get("type") != "result":
+        return f"expected a 'result' frame, got {_shown(header)}"
+    if header.get("id") != task_id:
+        return f"the result's id {header.get('id')!r} is not the running task's {task_id!r}"
+    code = header.get("exit_code")
+    if type(code) is not int or not -255 <= code <= 255:
+        return f"exit_code must be an integer from -255 to 255, got {code!r}"
+    return None
+
+
+def _shown(header: dict) -> str:
+    text = repr(header)
+    return text if len(text) <= 200 else text[:196] + "...}"
+
+
+def _launch_failure(command: tuple[str, ...], reason: str, started: float) -> ProcessOutcome:
+    message = f"cannot start persistent program {list(command)}: {reason}"
+    return ProcessOutcome(-1, "", message, None, round(time.monotonic() - started, 3), launch_error=message)
