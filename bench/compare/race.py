@@ -107,9 +107,12 @@ def start_worker(engine: str, row: Row, config: dict, workdir: Path, drakkar_pyt
         argv = [str(KNARR), "run", "--config", str(config_path), "--handler", spec, "--no-progress"]
     else:
         argv = [drakkar_python, str(HERE / "drakkar_run.py"), str(config_path), spec]
+    # The config file is the whole configuration: no override from this shell's KNARR_* or DK_* variables.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNARR_", "DK_"))}
     log_path = workdir / "worker.log"
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
+                                env=env)
     return Worker(engine, proc, log_path)
 
 
@@ -280,6 +283,8 @@ def planned(args: argparse.Namespace) -> list[tuple[Row, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Stopped from outside, still stop the worker of the run in progress (the `finally` in run()).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     plan = planned(args)
     if not plan:
         print("bench-compare: nothing to run (the persistent row is knarr's alone)", file=sys.stderr)
