@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO_ROOT))  # tests.services.kafka: the broker and topic
 sys.path.insert(0, str(HERE))
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition  # noqa: E402
-from knarr.kafka.clients import close_consumer, close_producer, open_consumer, open_producer  # noqa: E402
+from knarr.kafka.clients import close_consumer, close_producer, open_consumer, open_producer, shared_admin  # noqa: E402
 
 import report  # noqa: E402
 from rows import (ENGINES, ROWS, Figure, Limits, Row, Topics, WrongOutput, check_outputs, drakkar_config,  # noqa: E402
@@ -52,6 +52,7 @@ WARMUP = -1  # the warm-up message's number: its output says the worker is consu
 START_TIMEOUT = 180.0  # worker start to warm-up output (the machine may be busy)
 STALL_TIMEOUT = 180.0  # longest wait for the next output record before the run is called stuck
 STOP_TIMEOUT = 60.0
+PROGRESS_SECONDS = 30.0
 KNARR = REPO_ROOT / ".venv" / "bin" / "knarr"
 
 
@@ -177,17 +178,31 @@ class OutputReader:
         close_consumer(self.consumer)
 
 
-def wait_for(worker: Worker, reader: OutputReader, done, timeout: float, what: str) -> None:
+def wait_for(worker: Worker, reader: OutputReader, done, timeout: float, what: str, total: int = 0) -> None:
     """Read outputs until ``done()``; RunFailed if the worker dies or nothing arrives for ``timeout``."""
-    last_progress = time.monotonic()
+    last_progress = last_said = time.monotonic()
     while not done():
         if not worker.alive():
             raise RunFailed(f"{worker.engine} worker exited ({worker.proc.returncode}) {what}:\n{worker.log_tail()}")
         if reader.read(0.2):
             last_progress = time.monotonic()
+            if total and last_progress - last_said >= PROGRESS_SECONDS:
+                print(f"  ... {len(reader.numbers)} of {total} messages answered", file=sys.stderr, flush=True)
+                last_said = last_progress
         elif time.monotonic() - last_progress > timeout:
             raise RunFailed(f"{worker.engine} worker produced no output for {timeout:.0f}s {what} "
                             f"({len(reader.numbers)} messages answered):\n{worker.log_tail()}")
+
+
+def delete_topics(bootstrap: str, topics: Topics) -> None:
+    """A run's topics go when it is over (the broker is shared); a failure to delete is only said."""
+    names = [topics.source, topics.output, topics.dlq]
+    futures = shared_admin({"bootstrap.servers": bootstrap}).delete_topics(names, request_timeout=30)
+    for name, future in futures.items():
+        try:
+            future.result(timeout=30)
+        except Exception as exc:  # noqa: BLE001 - cleanup only; the run's figures stand
+            print(f"  note: topic {name} not deleted: {exc}", file=sys.stderr)
 
 
 # --- one run -----------------------------------------------------------------------------------
@@ -218,7 +233,7 @@ def run(engine: str, row: Row, count: int, args: argparse.Namespace, bootstrap: 
             cpu_before = process_cpu_seconds(worker.proc.pid)
             producer.send(topics.source, row.workload, range(count))
             wait_for(worker, reader, lambda: len(reader.numbers) >= count, STALL_TIMEOUT,
-                     f"after {count} messages were produced")
+                     f"after {count} messages were produced", total=count)
             cpu = process_cpu_seconds(worker.proc.pid) - cpu_before
             rss = peak_rss_bytes(worker.proc.pid)
             while reader.read(1.0):  # anything written after the last new message: duplicates, strays
@@ -227,6 +242,7 @@ def run(engine: str, row: Row, count: int, args: argparse.Namespace, bootstrap: 
             code = worker.stop()
             reader.close()
             producer.close()
+            delete_topics(bootstrap, topics)
         try:
             check_outputs(row.workload, count, [record for record, _ in reader.records])
         except WrongOutput as exc:
