@@ -120,8 +120,59 @@ cmd_down() {
     stop_server
 }
 
-# The entry point of every script: `main "$@"`. The script defines cmd_up, cmd_status and
-# stop_server (and usage); down and logs are the same for all.
+# What a script needs before its server can start or be checked (install or build); none by default.
+find_binaries() { :; }
+
+# Our running server's address (ADDRESS_VAR's value), if it answers; a live server that does not
+# answer gets $1 seconds of grace first.
+running_address() {
+    local grace=${1:-0} port
+    server_pid >/dev/null || return 1
+    [[ -s $PORT_FILE ]] || return 1
+    port=$(<"$PORT_FILE")
+    local deadline=$((SECONDS + grace))
+    until answering "$port"; do
+        ((SECONDS < deadline)) || return 1
+        sleep 0.5
+    done
+    address "$port"
+}
+
+cmd_up() {
+    find_binaries
+    take_lock
+    local found
+    if found=$(running_address "${REUSE_GRACE:-0}"); then
+        log "reusing running server (pid $(server_pid))"
+    else
+        if server_pid >/dev/null; then log "server process is alive but not answering; restarting it"; fi
+        stop_server quiet
+        start_server
+        found=$(address "$(<"$PORT_FILE")")
+    fi
+    echo "$ADDRESS_VAR=$found"
+}
+
+cmd_status() {
+    find_binaries
+    local pid found
+    if ! pid=$(server_pid); then
+        log "not running"
+        return 1
+    fi
+    if found=$(running_address 0); then
+        log "running: pid $pid, answering at $found"
+        echo "$ADDRESS_VAR=$found"
+        return 0
+    fi
+    log "pid $pid is alive but not answering (see: $0 logs)"
+    return 1
+}
+
+# The entry point of every script: `main "$@"`. The script sets ADDRESS_VAR (the NAME of the one
+# NAME=value line up/status print) and defines server_pid, start_server, stop_server,
+# answering PORT and address PORT (and usage, and find_binaries when it installs or builds);
+# up, down, status and logs are the same for all.
 main() {
     local cmd=${1:-}
     shift || true

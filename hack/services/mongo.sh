@@ -46,6 +46,8 @@ export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0
 export PATH="$PATH:/usr/local/go/bin"
 
 NAME=mongo
+ADDRESS_VAR=KNARR_TEST_MONGO_URI
+REUSE_GRACE=5  # FerretDB may take a moment to answer after a busy spell
 LOCK_TIMEOUT=900  # a first `up` builds the server for minutes while holding the lock
 # shellcheck source=hack/services/_common.bash
 source "$SCRIPT_DIR/_common.bash"
@@ -146,7 +148,7 @@ pick_port() {
 
 # A real round trip through PyMongo: the server answers ping on the wire protocol.
 answering() {
-    py - "$1" 2>/dev/null <<'EOF'
+    py - "$(address "$1")" 2>/dev/null <<'EOF'
 import sys
 from pymongo import MongoClient
 client = MongoClient(sys.argv[1], serverSelectionTimeoutMS=2000, connectTimeoutMS=2000, socketTimeoutMS=2000)
@@ -157,7 +159,7 @@ finally:
 EOF
 }
 
-uri_of() { echo "mongodb://127.0.0.1:$1/"; }
+address() { echo "mongodb://127.0.0.1:$1/"; }
 
 # ---------------------------------------------------------------- commands
 
@@ -192,13 +194,13 @@ start_server() {
         </dev/null >>"$LOG_FILE" 2>&1 9>&- &
 
     local uri deadline=$((SECONDS + START_TIMEOUT)) pid=""
-    uri=$(uri_of "$port")
+    uri=$(address "$port")
     while :; do
         if [[ -z $pid && -s $PID_FILE ]]; then pid=$(<"$PID_FILE"); fi
         if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null; then
             fail_start "server process $pid exited during startup"
         fi
-        if [[ -n $pid ]] && answering "$uri"; then break; fi
+        if [[ -n $pid ]] && answering "$port"; then break; fi
         ((SECONDS < deadline)) || fail_start "server not answering ping on $uri after ${START_TIMEOUT}s"
         sleep 0.2
     done
@@ -230,49 +232,7 @@ stop_server() {
     log "stopped"
 }
 
-# If our server is running and answering, print its URI. A live server that does not answer gets
-# a short grace period, then is reported as unhealthy.
-running_uri() {
-    local grace=${1:-0} uri
-    server_pid >/dev/null || return 1
-    [[ -s $PORT_FILE ]] || return 1
-    uri=$(uri_of "$(<"$PORT_FILE")")
-    local deadline=$((SECONDS + grace))
-    until answering "$uri"; do
-        ((SECONDS < deadline)) || return 1
-        sleep 0.5
-    done
-    echo "$uri"
-}
-
-cmd_up() {
-    take_lock
-    [[ -x $BIN ]] || build
-    local uri
-    if uri=$(running_uri 5); then
-        log "reusing running FerretDB (pid $(server_pid))"
-    else
-        if server_pid >/dev/null; then log "server process is alive but not answering; restarting it"; fi
-        stop_server quiet
-        start_server
-        uri=$(uri_of "$(<"$PORT_FILE")")
-    fi
-    echo "KNARR_TEST_MONGO_URI=$uri"
-}
-
-cmd_status() {
-    local pid uri
-    if ! pid=$(server_pid); then
-        log "not running"
-        return 1
-    fi
-    if uri=$(running_uri 0); then
-        log "running: pid $pid, answering on $uri"
-        echo "KNARR_TEST_MONGO_URI=$uri"
-        return 0
-    fi
-    log "pid $pid is alive but not answering (see: hack/services/mongo.sh logs)"
-    return 1
-}
+# Built on first use (the Go toolchain and module cache do the work).
+find_binaries() { [[ -x $BIN ]] || build; }
 
 main "$@"

@@ -24,6 +24,7 @@ SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd)
 
 NAME=postgres
+ADDRESS_VAR=KNARR_TEST_POSTGRES_DSN
 STATE_DIR=${KNARR_POSTGRES_STATE_DIR:-$ROOT/.cache/postgres}
 DATA_DIR=$STATE_DIR/data
 SOCKET_DIR=$STATE_DIR/run
@@ -173,40 +174,6 @@ stop_server() {
     log "stopped"
 }
 
-dsn() { echo "postgresql://$ROLE@127.0.0.1:$1/$DATABASE"; }
-
-cmd_up() {
-    find_binaries
-    take_lock
-    local pid port
-    if pid=$(server_pid) && port=$(<"$PORT_FILE") && answering "$port"; then
-        log "reusing running server (pid $pid)"
-    else
-        if server_pid >/dev/null; then
-            log "server process is alive but not answering; restarting it"
-        fi
-        stop_server quiet
-        start_server
-        port=$(<"$PORT_FILE")
-    fi
-    echo "KNARR_TEST_POSTGRES_DSN=$(dsn "$port")"
-}
-
-cmd_status() {
-    find_binaries
-    local pid port
-    if ! pid=$(server_pid); then
-        log "not running"
-        return 1
-    fi
-    port=$(<"$PORT_FILE")
-    if answering "$port"; then
-        log "running: pid $pid, answering on 127.0.0.1:$port"
-        echo "KNARR_TEST_POSTGRES_DSN=$(dsn "$port")"
-        return 0
-    fi
-    log "pid $pid is alive but not answering (see: hack/services/postgres.sh logs)"
-    return 1
-}
+address() { echo "postgresql://$ROLE@127.0.0.1:$1/$DATABASE"; }
 
 main "$@"

@@ -24,6 +24,7 @@ SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd)
 
 NAME=redis
+ADDRESS_VAR=KNARR_TEST_REDIS_URL
 STATE_DIR=${KNARR_REDIS_STATE_DIR:-$ROOT/.cache/redis}
 PID_FILE=$STATE_DIR/redis.pid
 LOG_FILE=$STATE_DIR/redis.log
@@ -120,40 +121,6 @@ stop_server() {
     log "stopped"
 }
 
-url() { echo "redis://127.0.0.1:$1/0"; }
-
-cmd_up() {
-    find_binaries
-    take_lock
-    local pid port
-    if pid=$(server_pid) && port=$(<"$PORT_FILE") && answering "$port"; then
-        log "reusing running server (pid $pid)"
-    else
-        if server_pid >/dev/null; then
-            log "server process is alive but not answering; restarting it"
-        fi
-        stop_server quiet
-        start_server
-        port=$(<"$PORT_FILE")
-    fi
-    echo "KNARR_TEST_REDIS_URL=$(url "$port")"
-}
-
-cmd_status() {
-    find_binaries
-    local pid port
-    if ! pid=$(server_pid); then
-        log "not running"
-        return 1
-    fi
-    port=$(<"$PORT_FILE")
-    if answering "$port"; then
-        log "running: pid $pid, answering on 127.0.0.1:$port"
-        echo "KNARR_TEST_REDIS_URL=$(url "$port")"
-        return 0
-    fi
-    log "pid $pid is alive but not answering (see: hack/services/redis.sh logs)"
-    return 1
-}
+address() { echo "redis://127.0.0.1:$1/0"; }
 
 main "$@"

@@ -18,7 +18,7 @@ if str(REPO_ROOT) not in sys.path:  # tests/services is imported as a package fr
     sys.path.insert(0, str(REPO_ROOT))
 
 from tests.services.envtest import kubeconfig  # noqa: E402,F401  (session fixture)
-from tests.operator.cluster_helpers import namespace, wait_for  # noqa: E402
+from tests.operator.cluster_helpers import dynamic, install_crds, namespace, operator_process, wait_for  # noqa: E402
 from tests.services.kafka import create_topic, kafka_bootstrap, unique_name  # noqa: E402,F401  (session fixture)
 
 SAMPLE_SPEC: dict[str, Any] = {
@@ -44,6 +44,26 @@ SAMPLE_SPEC: dict[str, Any] = {
         }
     ],
 }
+
+
+@pytest.fixture(scope="module")
+def api(kubeconfig):
+    """A dynamic client on the envtest API server, with knarr's CRDs (and the test fixtures' KEDA/Spark CRDs) installed."""
+    dyn = dynamic(kubeconfig)
+    install_crds(dyn)
+    return dyn
+
+
+@pytest.fixture(scope="module")
+def operator(request, api, kubeconfig, tmp_path_factory):
+    """The operator as users run it (its own ``knarr-operator`` process), watching the module's ``OPERATED`` prefix.
+
+    A module sets ``OPERATOR_RESYNC_SECONDS`` to have it resync more often (deadline tests) or less.
+    """
+    resync = getattr(request.module, "OPERATOR_RESYNC_SECONDS", 1)
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    with operator_process(kubeconfig, f"{request.module.OPERATED}*", log, resync_seconds=resync) as proc:
+        yield proc
 
 
 @pytest.fixture

@@ -11,18 +11,11 @@ import pytest
 
 from knarr_operator.schema import field_names
 from tests.examples import pipeline_manifests
-from tests.operator.cluster_helpers import dynamic, install_crds, namespace, wait_for
+from tests.operator.cluster_helpers import namespace, wait_for
 
 pytestmark = pytest.mark.k8s
 
 MANIFESTS = pipeline_manifests()
-
-
-@pytest.fixture(scope="module")
-def api(kubeconfig):
-    api = dynamic(kubeconfig)
-    install_crds(api)
-    return api
 
 
 @pytest.fixture(scope="module")

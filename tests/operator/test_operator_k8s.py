@@ -17,9 +17,7 @@ from tests.operator.cluster_helpers import (
     apps,
     condition,
     create_pipeline,
-    dynamic,
     get,
-    install_crds,
     namespace,
     patch_pipeline,
     pipeline,
@@ -33,13 +31,6 @@ from tests.services.kafka import produce_json
 pytestmark = [pytest.mark.k8s, pytest.mark.kafka]
 
 OPERATED = "knarr-op-"  # namespaces the shared operator watches
-
-
-@pytest.fixture(scope="module")
-def api(kubeconfig):
-    client = dynamic(kubeconfig)
-    install_crds(client)
-    return client
 
 
 @pytest.fixture(scope="module")

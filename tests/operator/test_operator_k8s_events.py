@@ -12,27 +12,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.operator.cluster_helpers import create_pipeline, dynamic, install_crds, operator_process, wait_for
+from tests.operator.cluster_helpers import create_pipeline, wait_for
 from tests.operator.test_operator_k8s import commit, spec_for
 from tests.services.kafka import produce_json
 
 pytestmark = [pytest.mark.k8s, pytest.mark.kafka]
 
 OPERATED = "knarr-ev-"  # namespaces this module's operator watches
-
-
-@pytest.fixture(scope="module")
-def api(kubeconfig):
-    dyn = dynamic(kubeconfig)
-    install_crds(dyn)
-    return dyn
-
-
-@pytest.fixture(scope="module")
-def operator(api, kubeconfig, tmp_path_factory):
-    """The operator as users run it: its own process (``knarr-operator``), not kopf's in-process runner."""
-    with operator_process(kubeconfig, f"{OPERATED}*", tmp_path_factory.mktemp("operator") / "operator.log") as proc:
-        yield proc
 
 
 def pipeline_events(api, ns: str, name: str) -> list[dict[str, Any]]:

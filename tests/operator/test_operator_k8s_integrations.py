@@ -24,10 +24,7 @@ from tests.operator.cluster_helpers import (
     SPARK,
     condition,
     create_pipeline,
-    dynamic,
     get,
-    install_crds,
-    operator_process,
     patch_pipeline,
     pipeline,
     set_spark_state,
@@ -38,22 +35,9 @@ from tests.operator.test_operator_k8s import spec_for
 pytestmark = [pytest.mark.k8s, pytest.mark.kafka]
 
 OPERATED = "knarr-int-"  # namespaces this module's operator watches
+OPERATOR_RESYNC_SECONDS = 2  # deadlines are noticed within seconds
 KEDA = "keda.sh/v1alpha1"
 BACKFILL_APP = "search-replay-2026-11-01"
-
-
-@pytest.fixture(scope="module")
-def api(kubeconfig):
-    dyn = dynamic(kubeconfig)
-    install_crds(dyn)
-    return dyn
-
-
-@pytest.fixture(scope="module")
-def operator(api, kubeconfig, tmp_path_factory):
-    """The operator in its own process, resyncing every 2 s (so deadlines are noticed within seconds)."""
-    with operator_process(kubeconfig, f"{OPERATED}*", tmp_path_factory.mktemp("operator") / "operator.log", resync_seconds=2) as proc:
-        yield proc
 
 
 def rendered(api, ns: str, name: str) -> Any:

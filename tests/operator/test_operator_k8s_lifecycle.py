@@ -15,10 +15,7 @@ import pytest
 from tests.operator.cluster_helpers import (
     condition,
     create_pipeline,
-    dynamic,
     get,
-    install_crds,
-    operator_process,
     patch_pipeline,
     pipeline,
     wait_for,
@@ -35,19 +32,6 @@ UNREACHABLE = ("ServiceUnavailable: dead-letter queue (topic 'search-requests_dl
                "within 30s: Connect to ipv4#10.0.0.9:9092 failed: Connection refused")
 NO_HANDLER = ("HandlerRejected: handler 'search.handler:SearchHandler': cannot import module 'search.handler' "
               "(No module named 'search'); is it on PYTHONPATH?")
-
-
-@pytest.fixture(scope="module")
-def api(kubeconfig):
-    dyn = dynamic(kubeconfig)
-    install_crds(dyn)
-    return dyn
-
-
-@pytest.fixture(scope="module")
-def operator(api, kubeconfig, tmp_path_factory):
-    with operator_process(kubeconfig, f"{OPERATED}*", tmp_path_factory.mktemp("operator") / "operator.log") as proc:
-        yield proc
 
 
 def deployment(api, ns: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import math
 import typing
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
 from knarr.config import ConfigError, KnarrConfig, config_from_dict, load_config
@@ -88,9 +89,15 @@ def test_infinity_and_nan_are_not_numbers_here(value):
 
 def test_yaml_infinity_is_refused_in_every_float_key(tmp_path):
     floats = [p for p, f in _numeric_fields(KnarrConfig) if f.annotation is float]
-    text = "sinks: {filesystem: {out: {base_path: /tmp/o}}}\nexecutor: {%s}\n" % ", ".join(
-        f"{p.split('.')[-1]}: .inf" for p in floats if p.startswith("executor.")
-    )
+    executor: dict = {}
+    for path in (p for p in floats if p.startswith("executor.")):
+        *sections, leaf = path.split(".")[1:]
+        node = executor
+        for section in sections:  # executor.persistent.*: a section inside the section
+            node = node.setdefault(section, {})
+        node[leaf] = math.inf
+    text = "sinks: {filesystem: {out: {base_path: /tmp/o}}}\n" + yaml.safe_dump({"executor": executor})
+    assert ".inf" in text
     (tmp_path / "knarr.yaml").write_text(text)
     with pytest.raises(ConfigError) as err:
         load_config(tmp_path / "knarr.yaml", env={})

@@ -76,7 +76,7 @@ def test_an_errors_drakkar_kind_follows_its_knarr_reason(reason, kind):
 
 def test_every_knarr_reason_has_a_drakkar_kind():
     assert set(ERROR_KINDS.values()) <= {"nonzero_exit", "timeout", "launch_failure", "internal"}
-    assert set(ERROR_KINDS) == {"failed", "timeout", "launch", "hook", "expired"}
+    assert set(ERROR_KINDS) == {"failed", "timeout", "launch", "hook", "expired", "crash", "protocol"}
 
 
 class OneArg(knarr.BaseHandler):

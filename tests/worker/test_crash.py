@@ -7,6 +7,10 @@ uncommitted, so every kill lands mid-work); then it is left to finish and stoppe
 SIGTERM once the group's committed offsets reach the end of the topic. The tests below each
 check one consequence of that run.
 
+The scenario runs twice: with a process spawned per task, and with persistent executors
+(tests/programs/behave_persistent.py, a long-lived program per pool slot that the kills take
+down mid-task along with the worker).
+
 The worker uses static group membership (``group.instance.id``), as a StatefulSet pod
 would: the restarted process takes over its dead predecessor's partitions at once instead
 of waiting out the session timeout, so twenty restarts fit in a test run.
@@ -15,6 +19,7 @@ of waiting out the session timeout, so twenty restarts fit in a test run.
 from __future__ import annotations
 
 import random
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -42,6 +47,7 @@ BACKLOG = 2_000  # ... and enough to leave this many uncommitted: more than one 
 KILL_DELAY_S = (0.3, 1.5)  # after the worker reports its partitions assigned
 FANOUT_EVERY = 10  # every 10th request fans out to 3 tasks
 PARTITIONS = 3
+BEHAVE_PERSISTENT = Path(__file__).resolve().parents[1] / "programs" / "behave_persistent.py"
 
 
 @dataclass
@@ -67,8 +73,8 @@ def _requests(start: int, count: int) -> list[dict]:
     return [{"request_id": f"r{i}", "fanout": 3 if i % FANOUT_EVERY == 0 else 1} for i in range(start, start + count)]
 
 
-@pytest.fixture(scope="module")
-def crash_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> CrashRun:
+@pytest.fixture(scope="module", params=["spawn", "persistent"])
+def crash_run(request: pytest.FixtureRequest, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> CrashRun:
     topic, output = unique_name("crash-in"), unique_name("crash-out")
     create_topic(kafka_bootstrap, topic, PARTITIONS)
     create_topic(kafka_bootstrap, output, 1)
@@ -78,6 +84,9 @@ def crash_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) ->
         max_executors=4, window_size=50, max_poll_records=50,
         backpressure_high_multiplier=16, backpressure_low_multiplier=4,
         kafka_extra={"group.instance.id": f"{marker}-worker"},
+        # The marker in the program's command line: the last test finds leftovers by it.
+        executor_extra={"persistent": {"command": [sys.executable, str(BEHAVE_PERSISTENT), f"tag={marker}"]}}
+        if request.param == "persistent" else {},
     )
     run = CrashRun(spec=spec, marker=marker)
     rng = random.Random(SEED)

@@ -77,6 +77,13 @@ class ExecutorTask(BaseModel):
     not_before: float | None = Field(None, description="Unix time before which the task must not start.")
     expires_at: float | None = Field(None, description="Unix time after which a task that has not started is dropped as expired.")
     max_attempts: int | None = Field(None, ge=1)
+    # Persistent mode (docs/task-protocol.md): run in a long-lived program instead of a process of its own.
+    persistent: bool | None = Field(
+        None, description="True: run in a persistent program; False: spawn a process (binary_path); None: in "
+                          "executor.persistent.command when that is set and the task names no binary_path.")
+    persistent_command: list[str] | None = Field(
+        None, min_length=1, description="The persistent program (argv) to run this task in, instead of "
+                                        "executor.persistent.command; implies persistent mode.")
 
     @model_validator(mode="before")
     @classmethod
@@ -86,6 +93,13 @@ class ExecutorTask(BaseModel):
             if unknown:
                 raise ValueError("; ".join(unknown_task_field(key, sorted(cls.model_fields)) for key in unknown))
         return data
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> ExecutorTask:
+        if self.persistent is False and self.persistent_command:
+            raise ValueError("persistent is False but persistent_command is set; drop one of them "
+                             "(persistent_command runs the task in that program)")
+        return self
 
     @field_validator("labels")
     @classmethod
@@ -117,7 +131,7 @@ class ExecutorError(BaseModel):
     stderr: str = ""
     exception: str | None = None
     pid: int | None = None
-    reason: str = "failed"  # failed | timeout | launch | expired | hook
+    reason: str = "failed"  # failed | timeout | launch | expired | hook | crash | protocol
     attempt: int = 1
     result: ExecutorResult | None = None
     stderr_truncated: bool = False
@@ -127,15 +141,16 @@ class ExecutorError(BaseModel):
     def kind(self) -> str:
         """The failure class Drakkar handlers branch on, derived from ``reason``.
 
-        ``nonzero_exit`` (reason failed), ``timeout``, ``launch_failure`` (reason launch), and
+        ``nonzero_exit`` (reason failed, and crash: a persistent program that died mid-task, like a
+        spawned process killed by a signal), ``timeout``, ``launch_failure`` (reason launch), and
         ``internal`` for what knarr synthesised with no subprocess outcome behind it (reasons hook
-        and expired).
+        and expired) or a persistent program that broke the protocol (reason protocol).
         """
         return ERROR_KINDS.get(self.reason, "internal")
 
 
 ERROR_KINDS = {"failed": "nonzero_exit", "timeout": "timeout", "launch": "launch_failure",
-               "hook": "internal", "expired": "internal"}
+               "hook": "internal", "expired": "internal", "crash": "nonzero_exit", "protocol": "internal"}
 
 
 class ErrorAction(str, enum.Enum):

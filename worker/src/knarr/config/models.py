@@ -77,6 +77,33 @@ class KafkaConfig(Section):
         return self
 
 
+class PersistentConfig(Section):
+    """A long-lived program that runs many tasks, one at a time, over docs/task-protocol.md."""
+
+    command: list[str] | None = Field(None, min_length=1, description="The program and its arguments (exec'd, no shell), started once per pool slot and reused; set, tasks run in it unless they name their own binary_path or persistent_command, or set persistent: false. Unset: only tasks naming a persistent_command use a program.")
+    max_tasks_per_process: int | None = Field(None, ge=1, le=1_000_000_000, description="Tasks one program runs before it is replaced (unset: no limit), against slow leaks.")
+    max_idle_seconds: float = Field(300, gt=0, le=DAY_SECONDS, description="A program idle this long is stopped; the next task starts a new one.")
+    max_rss_mb: int | None = Field(None, ge=1, le=1_048_576, description="Resident memory of the program, read from /proc after each task; past it the program is replaced once that task has finished (unset: not checked).")
+    start_timeout_seconds: float = Field(30, gt=0, le=3_600, description="Longest wait for a new program's hello frame; past it the start is a launch error naming the command.")
+    stop_grace_seconds: float = Field(2, ge=0, le=600, description="A program being retired gets its stdin closed and this long to exit before its process group is killed.")
+    restart_backoff_base_seconds: float = Field(0.1, ge=0, le=3_600, description="After a program crashes, breaks the protocol or fails to start, the next start waits this long, doubling (with jitter) per consecutive failure.")
+    restart_backoff_max_seconds: float = Field(10, ge=0, le=DAY_SECONDS, description="Upper bound of the restart delay.")
+
+    @field_validator("command")
+    @classmethod
+    def _command_is_argv(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value[0] or any("\0" in arg for arg in value)):
+            raise ValueError("command must be the program and its arguments as a list, the first a non-empty "
+                             "path or name on PATH, none holding a NUL byte (e.g. [python, -m, my_tasks])")
+        return value
+
+    @model_validator(mode="after")
+    def _backoff_in_order(self) -> PersistentConfig:
+        if self.restart_backoff_max_seconds < self.restart_backoff_base_seconds:
+            raise ValueError("restart_backoff_max_seconds must be at least restart_backoff_base_seconds")
+        return self
+
+
 class ExecutorConfig(Section):
     binary_path: str | None = Field(None, min_length=1, description="Default binary for tasks; unset, every task must set its own binary_path.")
     max_executors: int = Field(4, ge=1, le=MAX_EXECUTORS, description="Subprocesses running at once across all partitions (pool slots).")
@@ -98,6 +125,7 @@ class ExecutorConfig(Section):
         description="The worker's environment variables a subprocess inherits (a trailing * matches a prefix); no other worker variable — sink credentials included — reaches a task.",
     )
     max_output_bytes: int = Field(8 * _MIB, ge=1024, le=256 * _MIB, description="Most bytes of stdout and of stderr kept per task (the head); the rest is dropped and the result's stdout_truncated / stderr_truncated say so.")
+    persistent: PersistentConfig | None = Field(None, description="Run tasks in long-lived programs instead of one process per task (see the README's Persistent executors and docs/task-protocol.md).")
     task_cgroup: bool = Field(True, description="knarr run moves itself into a cgroup v2 of its own where the hierarchy is writable, so every process a task starts (detached or not) dies with the worker.")
 
     @field_validator("env", "env_inherit")

@@ -18,6 +18,7 @@ from knarr.engine.backoff import is_expired, retry_delay, start_time
 from knarr.engine.environment import task_environment
 from knarr.engine.hooks import call_hook, call_sync_hook
 from knarr.engine.ledger import Failed, Outcome, Replaced, Succeeded
+from knarr.engine.persistent import ProgramPool, program_command
 from knarr.engine.processes import run_process
 from knarr.engine.scheduling import SlotScheduler, priority_key
 from knarr.observability import metrics
@@ -46,6 +47,12 @@ class TaskExecutor:
         # access) on every spawn cost about 40 us of worker CPU per task.
         self._base_env = task_environment(config.env_inherit, os.environ, config.env, always=self._marker)
         self._labels = TaskLabelCounter(config.metric_labels, config.metric_label_values_max)
+        # Persistent programs get the same base environment; a task's own env travels in its request.
+        self.programs = ProgramPool(config, self._base_env)
+
+    async def close(self) -> None:
+        """Stop the persistent programs (spawned tasks end with their own runs)."""
+        await self.programs.close()
 
     def _count(self, status: str, task: ExecutorTask) -> None:
         metrics.labelled(metrics.tasks, status).inc()
@@ -113,8 +120,14 @@ class TaskExecutor:
         if is_expired(time.time(), task.expires_at):
             return _expired(task, attempt)
 
+        command = program_command(task, self.config)
         binary = task.binary_path or self.config.binary_path
-        if not binary:
+        if command == ():
+            message = ("the task asks for a persistent program (persistent=True) but none is set: "
+                       "set executor.persistent.command in the config or persistent_command on the task")
+            result = _synthetic(task, attempt, message)
+            return _error(task, attempt, result, stderr=message, exception=message, reason="launch")
+        if command is None and not binary:
             message = "no binary to run: set executor.binary_path in the config or binary_path on the task"
             result = _synthetic(task, attempt, message)
             return _error(task, attempt, result, stderr=message, exception=message, reason="launch")
@@ -127,8 +140,11 @@ class TaskExecutor:
                 return _expired(task, attempt)
             metrics.pool_active.set(self.scheduler.in_use)
             timeout = task.timeout_seconds or self.config.task_timeout_seconds
-            proc = await run_process([binary, *task.args], stdin=task.stdin, env=self._env_for(task), timeout=timeout,
-                                     max_output_bytes=self.config.max_output_bytes)
+            if command is not None:  # persistent mode: a program that is already running takes the task
+                proc = await self.programs.run(command, task, timeout)
+            else:
+                proc = await run_process([binary, *task.args], stdin=task.stdin, env=self._env_for(task),
+                                         timeout=timeout, max_output_bytes=self.config.max_output_bytes)
         finally:
             self.scheduler.release(partition)
             metrics.pool_active.set(self.scheduler.in_use)
@@ -150,6 +166,9 @@ class TaskExecutor:
             return _error(task, attempt, result, pid=proc.pid, stderr=proc.stderr, exception=proc.stderr, reason="timeout")
         if proc.launch_error:
             return _error(task, attempt, result, stderr=proc.stderr, exception=proc.launch_error, reason="launch")
+        if proc.failure:  # persistent mode: the program died mid-task (crash) or broke the protocol
+            return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid,
+                          exception=proc.stderr, reason=proc.failure)
         return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid,
                       stderr_truncated=proc.stderr_truncated)
 

@@ -58,6 +58,7 @@ class ProcessOutcome:
     launch_error: str | None = None
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    failure: str | None = None  # persistent mode: "crash" (the program died mid-task) or "protocol" (a malformed frame)
 
 
 def seal_inherited_fds() -> None:

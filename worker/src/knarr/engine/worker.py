@@ -439,6 +439,7 @@ class Worker:
                 self.log.warning("drain incomplete; final commit skipped, in-flight messages will be replayed")
         await asyncio.gather(*(p.stop() for p in processors))
         self.processors.clear()
+        await self.executor.close()
         await asyncio.gather(self._bounded("closing the sinks", self._close_outputs()),
                              self._bounded("closing the consumer", self.source.close()))
         if self.health is not None:

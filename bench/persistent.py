@@ -1,0 +1,204 @@
+"""Tiny tasks in spawn mode and in persistent mode: the same workload, the real engine and broker, one run.
+
+The workload: N messages (default 20,000) on 4 partitions of a pre-filled topic -> one task per
+message that echoes its argument -> one Kafka output per message (the echoed text) -> offsets
+committed. Spawn mode runs ``/bin/echo`` per task; persistent mode runs bench/echo_task.py (a
+Python program on the knarr.task SDK) in ``max_executors`` long-lived programs. The clock runs
+from the first consumed batch to the commit of the last offset (bench/engine.py's TimedSource),
+so persistent mode's figure includes starting its programs.
+
+Prints tasks/s of each mode, their ratio (target >= 10x), and the worker's CPU per task
+(children excluded: in persistent mode the programs' own CPU is printed beside it).
+
+Before that, the executor layer alone (no Kafka, no handler): ``max_executors`` lanes calling
+the spawn path (``run_process``, /bin/echo) or the persistent pool (``ProgramPool.run``) back to
+back — the ceiling each mode gives the engine — and the pool with tests/programs/echo_task.c,
+a C program, for what the protocol costs without Python on the program's side.
+
+    python bench/persistent.py [--messages 20000] [--max-executors N]
+
+Another bench calls :func:`compare` (it returns the figures) or :func:`run_mode`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent))
+
+import knarr  # noqa: E402
+from engine import Figure, TimedSource, cpu_self, prefill  # noqa: E402
+from knarr.config.loading import config_from_dict  # noqa: E402
+from knarr.engine.persistent import ProgramPool  # noqa: E402
+from knarr.engine.processes import run_process  # noqa: E402
+from knarr.engine.worker import Worker  # noqa: E402
+from knarr.sources.kafka import KafkaSource  # noqa: E402
+
+from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
+
+SPAWN_BINARY = "/bin/echo"
+ECHO_PROGRAM = [sys.executable, str(BENCH / "echo_task.py")]
+TARGET_RATIO = 10.0
+
+
+class EchoHandler(knarr.BaseHandler[None, None]):
+    """One echo task per message; its stdout is the message's output."""
+
+    async def arrange(self, messages, pending):
+        return [knarr.ExecutorTask(args=[f"{m.partition}:{m.offset}"], source_offsets=[m.offset]) for m in messages]
+
+    async def on_task_complete(self, result):
+        return knarr.CollectResult(kafka=[knarr.KafkaPayload(data={"echo": result.stdout})])
+
+
+class MeasuredWorker(Worker):
+    """TimedSource stops the worker at the last commit: read the programs' CPU before they are stopped."""
+
+    programs_cpu: float | None = None
+
+    def stop(self) -> None:
+        if self.programs_cpu is None:
+            self.programs_cpu = _programs_cpu_seconds(self)
+        super().stop()
+
+
+def _programs_cpu_seconds(worker: Worker) -> float:
+    """CPU seconds the worker's live persistent programs have used so far."""
+    total = 0.0
+    for program in list(worker.executor.programs._live):
+        try:
+            fields = Path(f"/proc/{program.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+# --- the executor layer alone -------------------------------------------------------------------
+async def _lanes(run_one, count: int, concurrency: int) -> Figure:
+    remaining = count
+
+    async def lane() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            outcome = await run_one()
+            assert outcome.exit_code == 0, outcome
+
+    started, cpu = time.perf_counter(), cpu_self()
+    await asyncio.gather(*(lane() for _ in range(concurrency)))
+    return Figure(count, time.perf_counter() - started, cpu_self() - cpu)
+
+
+async def executor_rates(count: int, concurrency: int) -> dict[str, Figure]:
+    """Echo tasks through each mode's executor path, ``concurrency`` at a time; programs started beforehand."""
+    figures = {"spawn": await _lanes(lambda: run_process([SPAWN_BINARY, "x"], stdin=None, env=None, timeout=30),
+                                     count, concurrency)}
+    programs = {"persistent": ECHO_PROGRAM}
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    tmp = tempfile.TemporaryDirectory()
+    if compiler:
+        exe = Path(tmp.name) / "echo_task"
+        subprocess.run([compiler, "-O2", "-o", str(exe), str(BENCH.parent / "tests/programs/echo_task.c")], check=True)
+        programs["persistent, C program"] = [str(exe)]
+    task = knarr.ExecutorTask(args=["x"])
+    for name, command in programs.items():
+        config = config_from_dict({"executor": {"max_executors": concurrency, "persistent": {"command": command}},
+                                   "sinks": {"filesystem": {"out": {"base_path": tmp.name}}}}).executor
+        pool = ProgramPool(config, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+        warm_up = 20 * concurrency  # starts the programs: the figure is their steady state
+        await _lanes(lambda: pool.run(tuple(command), task, 30), warm_up, concurrency)
+        figures[name] = await _lanes(lambda: pool.run(tuple(command), task, 30), count * 3, concurrency)
+        await pool.close()
+    tmp.cleanup()
+    return figures
+
+
+# --- the engine end to end --------------------------------------------------------------------
+async def run_mode(bootstrap: str, mode: str, messages: int, max_executors: int) -> tuple[Figure, float | None]:
+    """One engine run of the echo workload in ``mode`` (spawn | persistent); the figure, and the programs' CPU."""
+    topic, ends = prefill(bootstrap, messages)
+    output = unique_name("bench-persistent-out")
+    create_topic(bootstrap, output, 1)
+    executor = {"binary_path": SPAWN_BINARY, "max_executors": max_executors, "task_timeout_seconds": 30}
+    if mode == "persistent":
+        executor["persistent"] = {"command": ECHO_PROGRAM}
+    config = config_from_dict({
+        "kafka": {"brokers": bootstrap, "source_topic": topic, "consumer_group": unique_name("bench-persistent-g"),
+                  "session_timeout_ms": 6000, "heartbeat_interval_ms": 500},
+        "executor": executor,
+        "sinks": {"kafka": {"out": {"topic": output}}},
+        "metrics": {"enabled": False},
+        "logging": {"level": "WARNING", "format": "json"},
+    })
+    source = TimedSource(KafkaSource(config.kafka, config.executor, client_id=f"bench-{mode}"), ends)
+    worker = MeasuredWorker(config, EchoHandler(), source=source)
+    source.worker = worker
+    code = await asyncio.wait_for(worker.run(), 900)
+    if code != 0 or source.first_at is None or source.done_at is None:
+        raise RuntimeError(f"{mode} run did not finish cleanly (exit {code}); committed {source.committed}, ends {ends}")
+    figure = Figure(worker.stats.tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
+                    source.done_loop_cpu - source.first_loop_cpu)
+    return figure, (worker.programs_cpu if mode == "persistent" else None)
+
+
+async def compare(bootstrap: str, messages: int = 20_000, max_executors: int = 2 * (os.cpu_count() or 1)) -> dict:
+    """Spawn mode, then persistent mode, on fresh topics of the same workload: the figures and the ratio."""
+    spawn, _ = await run_mode(bootstrap, "spawn", messages, max_executors)
+    kept, programs_cpu = await run_mode(bootstrap, "persistent", messages, max_executors)
+    return {"spawn": spawn, "persistent": kept, "programs_cpu_seconds": programs_cpu,
+            "ratio": kept.rate / spawn.rate, "messages": messages, "max_executors": max_executors}
+
+
+def report_executor(figures: dict[str, Figure], concurrency: int) -> None:
+    spawn = figures["spawn"]
+    print(f"\nexecutor layer alone: {concurrency} lanes of echo tasks, load average {os.getloadavg()[0]:.2f}")
+    print(f"  {'mode':44}{'tasks/s':>10}{'worker CPU/task':>18}{'vs spawn':>10}")
+    for name, figure in figures.items():
+        print(f"  {name:44}{figure.rate:>10.0f}{figure.cpu_us:>15.0f} us{figure.rate / spawn.rate:>9.1f}x")
+
+
+def report(figures: dict) -> None:
+    spawn, kept = figures["spawn"], figures["persistent"]
+    print(f"\nend to end, Kafka -> task -> Kafka -> commit: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}, "
+          f"max_executors={figures['max_executors']}, {figures['messages']} messages on 4 partitions, "
+          f"one echo task each, python {sys.version.split()[0]}")
+    print(f"  {'mode':44}{'tasks/s':>10}{'worker CPU/task':>18}")
+    print(f"  {'spawn (' + SPAWN_BINARY + ' per task)':44}{spawn.rate:>10.0f}{spawn.cpu_us:>15.0f} us")
+    print(f"  {'persistent (bench/echo_task.py, knarr.task)':44}{kept.rate:>10.0f}{kept.cpu_us:>15.0f} us")
+    if figures["programs_cpu_seconds"] is not None:
+        print(f"  {'    the programs themselves, per task':44}{'':>10}"
+              f"{figures['programs_cpu_seconds'] / kept.count * 1e6:>15.0f} us")
+    verdict = "PASS" if figures["ratio"] >= TARGET_RATIO else "MISS"
+    print(f"  {'persistent / spawn':44}{figures['ratio']:>9.1f}x   target >= {TARGET_RATIO:g}x  {verdict}")
+    print(f"      ({spawn.count} tasks in {spawn.seconds:.2f}s spawned; {kept.count} in {kept.seconds:.2f}s persistent)")
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--max-executors", type=int, default=2 * (os.cpu_count() or 1))
+    parser.add_argument("--executor-tasks", type=int, default=3_000,
+                        help="spawned tasks for the executor-layer figures (persistent modes run 3x as many)")
+    parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
+    args = parser.parse_args()
+    bootstrap = args.bootstrap or ensure_kafka()
+    print("executor layer alone ...", file=sys.stderr)
+    report_executor(await executor_rates(args.executor_tasks, args.max_executors), args.max_executors)
+    print("end to end, spawn mode then persistent mode ...", file=sys.stderr)
+    report(await compare(bootstrap, args.messages, args.max_executors))
+    return 0  # a MISS is a finding to read, not a crash
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

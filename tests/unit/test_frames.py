@@ -1,0 +1,118 @@
+"""The persistent-program protocol's frames: what the worker and the Python SDK read and write."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from knarr.engine.frames import MAGIC, MAX_HEADER_BYTES, Decoder, FrameError, encode
+from knarr.task import Request, Result, read_request, serve, write_result
+
+
+def result_frame(stdout: bytes, stderr: bytes, **header) -> bytes:
+    return encode({"type": "result", "id": "t1", "exit_code": 0, "stdout_bytes": len(stdout), **header}, stdout + stderr)
+
+
+def test_a_frame_is_the_magic_two_lengths_a_json_header_and_the_body():
+    frame = encode({"type": "task", "id": "t1"}, b"body")
+    magic, header_len, body_len = struct.unpack(">4sII", frame[:12])
+    assert (magic, body_len) == (MAGIC, 4)
+    assert json.loads(frame[12:12 + header_len]) == {"type": "task", "id": "t1"}
+    assert frame[12 + header_len:] == b"body"
+
+
+def test_a_result_body_splits_into_stdout_and_stderr_at_stdout_bytes():
+    [frame] = Decoder().feed(result_frame(b"out\n", b"err\n"))
+    assert frame.header["exit_code"] == 0
+    assert frame.parts == [b"out\n", b"err\n"] and frame.truncated == [False, False]
+
+
+@given(st.lists(st.tuples(st.binary(max_size=300), st.binary(max_size=300)), min_size=1, max_size=5),
+       st.integers(min_value=1, max_value=50))
+def test_frames_fed_in_any_pieces_decode_the_same(outputs, piece):
+    stream = b"".join(result_frame(out, err) for out, err in outputs)
+    decoder = Decoder()
+    frames = []
+    for start in range(0, len(stream), piece):
+        frames += decoder.feed(stream[start:start + piece])
+    assert [tuple(f.parts) for f in frames] == outputs
+    assert decoder.idle
+
+
+@given(st.binary(max_size=400), st.binary(max_size=400), st.integers(min_value=1, max_value=200),
+       st.integers(min_value=1, max_value=64))
+def test_each_part_keeps_its_head_up_to_the_cap_and_says_when_it_was_cut(stdout, stderr, keep, piece):
+    stream = result_frame(stdout, stderr) + result_frame(b"next", b"")
+    decoder = Decoder(keep=keep)
+    frames = []
+    for start in range(0, len(stream), piece):
+        frames += decoder.feed(stream[start:start + piece])
+    first, second = frames
+    assert first.parts == [stdout[:keep], stderr[:keep]]
+    assert first.truncated == [len(stdout) > keep, len(stderr) > keep]
+    assert second.parts == [b"next"[:keep], b""]
+
+
+def test_bytes_that_are_no_frame_are_refused_naming_what_came():
+    with pytest.raises(FrameError, match=r"expected a frame starting with b'KNRF', got b'hello world!'.*stderr"):
+        Decoder().feed(b"hello world!\n")
+
+
+@pytest.mark.parametrize(("header", "expected"), [
+    (b"not json", "not JSON"),
+    (b"[1, 2]", "JSON object with a string 'type'"),
+    (b'{"id": "t1"}', "JSON object with a string 'type'"),
+])
+def test_a_header_that_is_no_json_object_with_a_type_is_refused(header, expected):
+    with pytest.raises(FrameError, match=expected):
+        Decoder().feed(struct.pack(">4sII", MAGIC, len(header), 0) + header)
+
+
+def test_a_header_over_the_limit_is_refused_before_it_is_buffered():
+    with pytest.raises(FrameError, match=f"frame header of {MAX_HEADER_BYTES + 1} bytes"):
+        Decoder().feed(struct.pack(">4sII", MAGIC, MAX_HEADER_BYTES + 1, 0))
+
+
+def test_stdout_bytes_past_the_body_is_refused():
+    frame = encode({"type": "result", "id": "t", "exit_code": 0, "stdout_bytes": 9}, b"abc")
+    with pytest.raises(FrameError, match="stdout_bytes must be an integer from 0 to the body's 3 bytes, got 9"):
+        Decoder().feed(frame)
+
+
+def test_the_sdk_reads_a_request_and_writes_a_result_the_decoder_reads():
+    inp = io.BytesIO(encode({"type": "task", "id": "t7", "args": ["a", "b"], "env": {"X": "1"}}, "stdin ü".encode()))
+    request = read_request(inp)
+    assert (request.id, request.args, request.env, request.text) == ("t7", ["a", "b"], {"X": "1"}, "stdin ü")
+    assert read_request(inp) is None  # end of stdin: the worker wants the program to exit
+    out = io.BytesIO()
+    write_result(out, request.id, Result(exit_code=2, stdout="o", stderr=b"e"), duration_seconds=0.5)
+    [frame] = Decoder().feed(out.getvalue())
+    assert frame.header == {"type": "result", "id": "t7", "exit_code": 2, "stdout_bytes": 1, "duration_seconds": 0.5}
+    assert frame.parts == [b"o", b"e"]
+
+
+def test_serve_says_hello_answers_each_request_and_turns_an_exception_into_exit_code_1():
+    def run(request: Request):
+        if request.args == ["boom"]:
+            raise RuntimeError("boom")
+        return request.text.upper()
+
+    requests = [encode({"type": "task", "id": "a", "args": []}, b"hi"), encode({"type": "task", "id": "b", "args": ["boom"]})]
+    out = io.BytesIO()
+    serve(run, inp=io.BytesIO(b"".join(requests)), out=out)
+    hello, first, second = Decoder().feed(out.getvalue())
+    assert (hello.header["type"], hello.header["protocol"]) == ("hello", 1)
+    assert (first.header["id"], first.header["exit_code"], first.parts[0]) == ("a", 0, b"HI")
+    assert (second.header["id"], second.header["exit_code"]) == ("b", 1)
+    assert b"RuntimeError: boom" in second.parts[1]
+
+
+def test_a_request_cut_short_is_an_error_not_a_hang():
+    frame = encode({"type": "task", "id": "t", "args": []}, b"0123456789")
+    with pytest.raises(FrameError, match=r"ended inside a frame \(body: 4 of 10 bytes\)"):
+        read_request(io.BytesIO(frame[:-6]))

@@ -1,0 +1,320 @@
+"""Persistent executors on the real broker: the same outcomes as spawn mode, and every failure contained.
+
+The persistent program is tests/programs/behave_persistent.py: tests/programs/behave's arguments
+answered by a long-lived Python program (knarr.task), plus what only such a program can do wrong
+(hang, leak, write garbage, be killed mid-task). tests/programs/echo_task.c is a second program,
+in C, written from the protocol's document alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+import knarr
+from knarr.engine.worker import Worker
+from knarr.errors import ExitCode
+from tests.services.kafka import committed_offsets, consume_all, create_topic, produce_json, unique_name
+from tests.worker.harness import kafka_config, running, topics, wait_until
+from tests.worker.procs import WorkerFleet, WorkerSpec, processes_gone, processes_with
+from tests.worker.procs import wait_until as wait_for
+
+pytestmark = pytest.mark.kafka
+
+PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
+BEHAVE_PERSISTENT = [sys.executable, str(PROGRAMS / "behave_persistent.py")]
+
+
+class Job(BaseModel):
+    id: int
+    args: list[str] = []
+    fanout: int = 1
+    stdin: str | None = None
+    env: dict[str, str] = {}
+    timeout: float | None = None
+    precomputed: bool = False
+    task_fields: dict = {}  # more ExecutorTask fields, for handlers that take them
+
+
+class Jobs(knarr.BaseHandler[Job, None]):
+    """``fanout`` tasks per job (task i gets ``out=i`` appended); records results, errors and groups.
+
+    on_error replaces a task whose args hold ``replace-me`` with one printing ``replaced``; other
+    failures get ``on_error`` (RETRY by default).
+    """
+
+    def __init__(self, on_error=knarr.ErrorAction.RETRY) -> None:
+        self.on_error_action = on_error
+        self.results: list[knarr.ExecutorResult] = []
+        self.errors: list[knarr.ExecutorError] = []
+        self.groups: list[knarr.MessageGroup] = []
+
+    async def arrange(self, messages, pending):
+        tasks = []
+        for msg in messages:
+            job = msg.payload
+            for index in range(job.fanout):
+                task_id = knarr.make_stable_task_id("job", str(job.id), str(index))
+                if job.precomputed:
+                    tasks.append(knarr.ExecutorTask(task_id=task_id, source_offsets=[msg.offset],
+                                                    precomputed=knarr.PrecomputedResult(stdout=f"pre{job.id}\n")))
+                    continue
+                args = [*job.args, f"out={index}"] if job.fanout > 1 else job.args
+                tasks.append(knarr.ExecutorTask(task_id=task_id, args=args, stdin=job.stdin, env=job.env,
+                                                timeout_seconds=job.timeout, source_offsets=[msg.offset]))
+        return tasks
+
+    async def on_task_complete(self, result):
+        self.results.append(result)
+
+    async def on_error(self, task, error):
+        self.errors.append(error)
+        if "replace-me" in task.args:
+            return [knarr.ExecutorTask(task_id=task.task_id + "-r", args=["out=replaced"], source_offsets=task.source_offsets)]
+        return self.on_error_action
+
+    async def on_message_complete(self, group):
+        self.groups.append(group)
+        return knarr.CollectResult(kafka=[knarr.KafkaPayload(data={
+            "id": group.source_message.payload.id, "total": group.total, "succeeded": group.succeeded,
+            "failed": group.failed, "stdout": sorted(r.stdout for r in group.results),
+        })])
+
+
+async def run_jobs(bootstrap: str, jobs: list[dict], handler: Jobs | None = None, **executor) -> tuple[Jobs, str, str]:
+    """Run ``jobs`` through a worker on fresh topics until every offset is committed; (handler, input, output topic)."""
+    handler = handler or Jobs()
+    src, out = topics(bootstrap)
+    produce_json(bootstrap, src, jobs, partition=0)
+    cfg = kafka_config(bootstrap, src, out_topic=out, executor=executor)
+    async with running(Worker(cfg, handler)) as worker:
+        await wait_until(lambda: committed_offsets(bootstrap, cfg.kafka.consumer_group, src) == {0: len(jobs)},
+                         timeout=90, what="every job's offset to be committed")
+    assert worker.exit_code == 0
+    return handler, src, out
+
+
+def persistent(**settings) -> dict:
+    return {"persistent": {"command": BEHAVE_PERSISTENT, **settings}}
+
+
+# --- parity with spawn mode -----------------------------------------------------------------------
+PARITY_JOBS = [
+    {"id": 0, "args": ["out=hello", "err=note"]},
+    {"id": 1, "args": ["out=partial", "err=still broken", "exit=4"]},  # retried, then dead-lettered
+    {"id": 2, "args": ["out=a"], "fanout": 3},
+    {"id": 3, "args": ["stdin"], "stdin": "from stdin\nü\n"},
+    {"id": 4, "args": ["env=FROM_CONFIG", "env=FROM_TASK", "env=KNARR_TEST_SECRET"], "env": {"FROM_TASK": "t"}},
+    {"id": 5, "args": ["exit=2", "replace-me"]},  # replaced by on_error
+    {"id": 6, "precomputed": True},
+    {"id": 7, "args": ["bytes=5000"]},  # cut at max_output_bytes
+    {"id": 8, "args": ["out=x", "exit=1"], "fanout": 2},  # a fan-out whose tasks fail
+]
+
+
+def outcomes(handler: Jobs) -> dict:
+    return {
+        "results": sorted((r.task.task_id, r.exit_code, r.stdout, r.stderr, r.attempt, r.stdout_truncated)
+                          for r in handler.results),
+        "errors": sorted((e.task.task_id, e.reason, e.kind, e.exit_code, e.stderr, e.attempt) for e in handler.errors),
+        "groups": sorted((g.source_message.offset, g.total, g.succeeded, g.failed,
+                          tuple(sorted(r.stdout for r in g.results))) for g in handler.groups),
+    }
+
+
+def dead_letters(bootstrap: str, src: str, expected: int) -> list[dict]:
+    records = [m.json() for m in consume_all(bootstrap, src + "_dlq", expected=expected)]
+    for record in records:
+        for key in ("id", "timestamp", "source_topic"):
+            record.pop(key)
+    return sorted(records, key=lambda r: (r["offsets"], r["task"]["task_id"]))
+
+
+async def test_the_same_workload_gives_the_same_results_groups_and_dead_letters_in_both_modes(kafka_bootstrap, monkeypatch):
+    monkeypatch.setenv("KNARR_TEST_SECRET", "s3cret")  # not in env_inherit: neither mode may pass it on
+    common = {"max_retries": 2, "max_output_bytes": 1024, "env": {"FROM_CONFIG": "c"}}
+    spawned, spawn_src, spawn_out = await run_jobs(kafka_bootstrap, PARITY_JOBS, **common)
+    kept, kept_src, kept_out = await run_jobs(kafka_bootstrap, PARITY_JOBS, **common, **persistent())
+
+    assert outcomes(kept) == outcomes(spawned)
+    assert len({r.pid for r in kept.results if r.pid}) <= 4  # max_executors programs ran every task
+    env_result = next(r for r in kept.results if r.task.args[:1] == ["env=FROM_CONFIG"])
+    assert env_result.stdout == "c\nt\n\n"
+    summaries = [sorted((m.json() for m in consume_all(kafka_bootstrap, out, expected=len(PARITY_JOBS))),
+                        key=lambda s: s["id"]) for out in (spawn_out, kept_out)]
+    assert summaries[0] == summaries[1] and len(summaries[0]) == len(PARITY_JOBS)
+    spawn_dead = dead_letters(kafka_bootstrap, spawn_src, expected=3)
+    assert dead_letters(kafka_bootstrap, kept_src, expected=3) == spawn_dead
+    assert [(r["offsets"], r["task"]["reason"], r["task"]["exit_code"]) for r in spawn_dead] == [
+        ([1], "failed", 4), ([8], "failed", 1), ([8], "failed", 1)]
+
+
+# --- what a program can do wrong ------------------------------------------------------------------
+async def test_a_program_killed_mid_task_fails_that_task_as_a_crash_and_the_retry_runs_in_a_new_one(kafka_bootstrap, tmp_path):
+    pidfile = tmp_path / "pid"
+    jobs = [{"id": 0, "args": [f"hold={pidfile}", "out=after the crash"]}, {"id": 1, "args": ["out=next"]}]
+    handler = Jobs()
+    src, out = topics(kafka_bootstrap)
+    cfg = kafka_config(kafka_bootstrap, src, out_topic=out, executor={"max_executors": 1, "max_retries": 1, **persistent()})
+    async with running(Worker(cfg, handler)):
+        produce_json(kafka_bootstrap, src, jobs, partition=0)
+        killed = int(await wait_until(lambda: pidfile.exists() and pidfile.read_text(), what="the task to start"))
+        os.kill(killed, signal.SIGKILL)
+        await wait_until(lambda: committed_offsets(kafka_bootstrap, cfg.kafka.consumer_group, src) == {0: 2},
+                         timeout=60, what="both offsets to be committed")
+
+    [error] = handler.errors
+    assert (error.reason, error.kind, error.exit_code, error.pid) == ("crash", "nonzero_exit", -9, killed)
+    assert f"(pid {killed}) was killed by signal 9 (SIGKILL) while running the task" in error.stderr
+    assert sorted((r.stdout, r.attempt) for r in handler.results) == [("after the crash\n", 2), ("next\n", 1)]
+    assert killed not in {r.pid for r in handler.results}
+    assert [(g.succeeded, g.failed) for g in handler.groups] == [(1, 0), (1, 0)]
+
+
+async def test_a_task_past_its_deadline_kills_its_program_and_fails_alone(kafka_bootstrap):
+    jobs = [{"id": 0, "args": ["out=before", "count"]}, {"id": 1, "args": ["sleep=60"], "timeout": 1},
+            {"id": 2, "args": ["out=after", "count"]}]
+    handler, _, _ = await run_jobs(kafka_bootstrap, jobs, Jobs(on_error=knarr.ErrorAction.SKIP), max_executors=1,
+                                   **persistent())
+    [error] = handler.errors
+    assert (error.reason, error.kind, error.exit_code) == ("timeout", "timeout", None)
+    assert "timed out after 1s; the program's process group was killed" in error.stderr
+    assert not Path(f"/proc/{error.pid}").exists()
+    before, after = sorted(handler.results, key=lambda r: r.task.source_offsets)
+    assert (before.stdout, after.stdout) == ("before\n1\n", "after\n1\n")  # a new program after the timeout
+    assert before.pid == error.pid != after.pid
+
+
+async def test_a_program_that_writes_no_frame_is_replaced_and_only_its_task_fails(kafka_bootstrap):
+    jobs = [{"id": 0, "args": ["garbage"]}, {"id": 1, "args": ["out=fine"]}]
+    handler, src, _ = await run_jobs(kafka_bootstrap, jobs, Jobs(on_error=knarr.ErrorAction.SKIP), max_executors=1,
+                                     **persistent())
+    [error] = handler.errors
+    assert (error.reason, error.kind) == ("protocol", "internal")
+    assert "malformed frame: expected a frame starting with b'KNRF', got b'this is no f'" in error.stderr
+    [result] = handler.results
+    assert result.stdout == "fine\n" and result.pid != error.pid
+
+
+async def test_a_program_past_max_rss_mb_is_replaced_after_the_task_that_grew_it(kafka_bootstrap):
+    # behave_persistent.py itself is ~35 MB resident; each leak=100 task takes it past 80.
+    jobs = [{"id": i, "args": ["leak=100", "count"] if i < 2 else ["count"]} for i in range(4)]
+    handler, _, _ = await run_jobs(kafka_bootstrap, jobs, max_executors=1, **persistent(max_rss_mb=80))
+    assert handler.errors == []
+    results = sorted(handler.results, key=lambda r: r.task.source_offsets)
+    assert [r.stdout for r in results] == ["1\n", "1\n", "1\n", "2\n"]
+    assert len({results[0].pid, results[1].pid, results[2].pid}) == 3 and results[2].pid == results[3].pid
+
+
+async def test_a_program_runs_max_tasks_per_process_then_makes_way_for_a_new_one(kafka_bootstrap):
+    jobs = [{"id": i, "args": ["count"]} for i in range(5)]
+    handler, _, _ = await run_jobs(kafka_bootstrap, jobs, max_executors=1, **persistent(max_tasks_per_process=2))
+    results = sorted(handler.results, key=lambda r: r.task.source_offsets)
+    assert [r.stdout for r in results] == ["1\n", "2\n", "1\n", "2\n", "1\n"]
+    assert len({r.pid for r in results}) == 3
+
+
+async def test_an_idle_program_is_stopped_after_max_idle_seconds(kafka_bootstrap):
+    handler = Jobs()
+    src, out = topics(kafka_bootstrap)
+    cfg = kafka_config(kafka_bootstrap, src, out_topic=out, executor=persistent(max_idle_seconds=0.5))
+    async with running(Worker(cfg, handler)):
+        produce_json(kafka_bootstrap, src, [{"id": 0, "args": ["out=x"]}], partition=0)
+        await wait_until(lambda: handler.results, what="the task to finish")
+        pid = handler.results[0].pid
+        await wait_until(lambda: not Path(f"/proc/{pid}").exists(), timeout=20, what="the idle program to stop")
+
+
+async def test_a_program_that_cannot_start_is_a_launch_error_naming_the_command(kafka_bootstrap):
+    jobs = [{"id": 0, "args": ["out=x"]}]
+    handler, _, _ = await run_jobs(kafka_bootstrap, jobs, Jobs(on_error=knarr.ErrorAction.SKIP),
+                                   persistent={"command": ["/no/such/program", "--flag"]})
+    [error] = handler.errors
+    assert (error.reason, error.kind, error.pid) == ("launch", "launch_failure", None)
+    assert error.exception.startswith("cannot start persistent program ['/no/such/program', '--flag']: ")
+    assert "cannot exec '/no/such/program': No such file or directory" in error.exception
+
+
+async def test_a_task_can_opt_out_of_persistent_mode_or_name_its_own_program(kafka_bootstrap, tmp_path):
+    class Mixed(Jobs):
+        async def arrange(self, messages, pending):
+            return [knarr.ExecutorTask(args=["count"], source_offsets=[m.offset], **m.payload.task_fields)
+                    for m in messages]
+
+    jobs = [{"id": 0}, {"id": 1, "task_fields": {"persistent": False}}]
+    handler = Mixed()
+    await run_jobs(kafka_bootstrap, jobs, handler, binary_path="/bin/echo", **persistent())
+    results = sorted(handler.results, key=lambda r: r.task.source_offsets)
+    assert [r.stdout for r in results] == ["1\n", "count\n"]  # the program counted; /bin/echo echoed
+
+
+async def test_a_program_in_c_written_from_the_protocol_document_runs_tasks(kafka_bootstrap, tmp_path):
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "a C compiler (cc or gcc) is needed to build tests/programs/echo_task.c"
+    program = tmp_path / "echo_task"
+    subprocess.run([compiler, "-O2", "-Wall", "-Werror", "-o", str(program), str(PROGRAMS / "echo_task.c")], check=True)
+    jobs = [{"id": 0, "stdin": "hello"}, {"id": 1, "stdin": "fail"}, {"id": 2, "stdin": "crash"},
+            {"id": 3, "stdin": "after"}]
+    handler, _, _ = await run_jobs(kafka_bootstrap, jobs, Jobs(on_error=knarr.ErrorAction.SKIP), max_executors=1,
+                                   persistent={"command": [str(program)]})
+    results = sorted(handler.results, key=lambda r: r.task.source_offsets)
+    assert [r.stdout for r in results] == [f"{results[0].task.task_id}:hello", f"{results[1].task.task_id}:after"]
+    failed, crashed = sorted(handler.errors, key=lambda e: e.task.source_offsets)
+    assert (failed.reason, failed.exit_code, failed.stderr) == ("failed", 5, "failed\n")
+    assert (crashed.reason, crashed.exit_code) == ("crash", -signal.SIGABRT)
+    assert results[0].pid == failed.pid == crashed.pid != results[1].pid
+
+
+def test_a_task_cannot_both_opt_out_and_name_a_program():
+    with pytest.raises(ValueError, match="persistent is False but persistent_command is set"):
+        knarr.ExecutorTask(persistent=False, persistent_command=["prog"])
+
+
+async def test_a_task_asking_for_persistent_mode_with_no_program_set_is_a_launch_error(kafka_bootstrap):
+    class Asks(Jobs):
+        async def arrange(self, messages, pending):
+            return [knarr.ExecutorTask(persistent=True, source_offsets=[m.offset]) for m in messages]
+
+    handler, _, _ = await run_jobs(kafka_bootstrap, [{"id": 0}], Asks(on_error=knarr.ErrorAction.SKIP))
+    [error] = handler.errors
+    assert error.reason == "launch" and "set executor.persistent.command" in error.exception
+
+
+async def test_many_tasks_share_few_programs(kafka_bootstrap):
+    jobs = [{"id": i, "args": [f"out={i}"]} for i in range(200)]
+    started = time.monotonic()
+    handler, _, _ = await run_jobs(kafka_bootstrap, jobs, max_executors=4, **persistent())
+    assert sorted(int(r.stdout) for r in handler.results) == list(range(200))
+    pids = {r.pid for r in handler.results}
+    print(f"\n200 tasks on {len(pids)} programs in {time.monotonic() - started:.1f}s")
+    assert 1 <= len(pids) <= 4
+
+
+# --- no program outlives the worker -------------------------------------------------------------
+@pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
+def test_no_program_outlives_a_worker_stopped_or_killed_mid_task(kafka_bootstrap, tmp_path, stop):
+    topic, out = unique_name("prog-in"), unique_name("prog-out")
+    create_topic(kafka_bootstrap, topic, 1)
+    create_topic(kafka_bootstrap, out, 1)
+    tag = unique_name("knarrprogram")  # in the programs' command line only
+    spec = WorkerSpec(kafka_bootstrap, topic, unique_name("prog-g"), out, drain_timeout_seconds=2,
+                      executor_extra={"persistent": {"command": [*BEHAVE_PERSISTENT, f"tag={tag}"]}})
+    with WorkerFleet(spec, tmp_path, unique_name("knarrworker")) as fleet:
+        worker = fleet.start("w")
+        worker.wait_consuming()
+        produce_json(kafka_bootstrap, topic, [{"request_id": "busy", "sleep": 60}]
+                     + [{"request_id": f"quick{i}"} for i in range(6)], partition=0)
+        wait_for(lambda: len(processes_with(tag)) >= 2, 60, "programs to start, one of them busy")
+        if stop == "sigterm":
+            assert worker.terminate() == ExitCode.DRAIN_INCOMPLETE  # the busy task outlived the drain
+        else:
+            worker.kill()
+        assert processes_gone(tag, timeout=15) == []
