@@ -214,6 +214,7 @@ def run(engine: str, row: Row, count: int, args: argparse.Namespace, bootstrap: 
     create_topic(bootstrap, topics.output, 1)
     create_topic(bootstrap, topics.dlq, 1)
     binary = args.echo if row.workload == "w1" else args.grep
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
         workdir = Path(tmp)
         if engine == "knarr":
@@ -249,7 +250,7 @@ def run(engine: str, row: Row, count: int, args: argparse.Namespace, bootstrap: 
             raise RunFailed(f"{engine} gave wrong output on {row.name}: {exc}\n{worker.log_tail()}") from None
         if code not in (0, -signal.SIGTERM):
             print(f"  note: the {engine} worker exited {code} after the run (outputs were complete)", file=sys.stderr)
-    return figure(engine, row, dict(producer.times_ms), reader.records, cpu, rss)
+    return figure(engine, row, dict(producer.times_ms), reader.records, cpu, rss, load)
 
 
 # --- the command line ----------------------------------------------------------------------------

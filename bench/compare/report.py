@@ -10,7 +10,7 @@ from pathlib import Path
 from rows import ROWS, Figure
 
 ENGINE_NAMES = {"knarr": "knarr", "drakkar": "Drakkar 2.4.0"}
-COLUMNS = ("workload", "engine", "msgs/s", "tasks/s", "CPU/task", "peak RSS", "p50 latency", "p99 latency")
+COLUMNS = ("workload", "engine", "msgs/s", "tasks/s", "CPU/task", "peak RSS", "p50 latency", "p99 latency", "load")
 
 
 @dataclass(frozen=True)
@@ -70,13 +70,13 @@ def _ratio(a: float, b: float) -> str:
 
 def cells(f: Figure) -> list[str]:
     return [_rate(f.msgs_per_s), _rate(f.tasks_per_s), f"{f.cpu_us_per_task:,.0f} µs", f"{f.rss_mib:.0f} MiB",
-            _latency(f.latency_ms(0.50)), _latency(f.latency_ms(0.99))]
+            _latency(f.latency_ms(0.50)), _latency(f.latency_ms(0.99)), f"{f.load:.1f}"]
 
 
 def ratio_cells(a: Figure, b: Figure) -> list[str]:
     return [_ratio(a.msgs_per_s, b.msgs_per_s), _ratio(a.tasks_per_s, b.tasks_per_s),
             _ratio(a.cpu_us_per_task, b.cpu_us_per_task), _ratio(a.rss_mib, b.rss_mib),
-            _ratio(a.latency_ms(0.50), b.latency_ms(0.50)), _ratio(a.latency_ms(0.99), b.latency_ms(0.99))]
+            _ratio(a.latency_ms(0.50), b.latency_ms(0.50)), _ratio(a.latency_ms(0.99), b.latency_ms(0.99)), ""]
 
 
 def table(figures: list[Figure]) -> list[str]:
@@ -112,7 +112,7 @@ def render(figures: list[Figure], machine: Machine, args, seconds: float, python
         *table(figures),
         "",
         "Ratios are knarr / Drakkar: above 1 is better for msgs/s and tasks/s, below 1 is better for CPU, "
-        "RSS and latency. CPU/task is the worker process's own CPU (utime + stime, every thread, children "
+        "RSS and latency. Load: the machine's 1-minute load average as the run began. CPU/task is the worker process's own CPU (utime + stime, every thread, children "
         "excluded) over the run, per task. Latency is output record time − input record time per message, "
         "with every message produced at once (mostly time queued). \"Same limits\": both engines at "
         f"max_executors {args.limits.max_executors}, window_size {args.limits.window_size}, max_poll_records "

@@ -115,6 +115,7 @@ class Figure:
     cpu_seconds: float  # the worker process's utime + stime over the run, children excluded
     peak_rss_bytes: int  # VmHWM of the worker process
     latencies_ms: list[float] = field(repr=False)  # per message: output record time - input record time
+    load: float = 0.0  # the machine's 1-minute load average when the run began (a shared machine)
 
     @property
     def msgs_per_s(self) -> float:
@@ -144,7 +145,7 @@ def percentile(values: list[float], quantile: float) -> float:
 
 
 def figure(engine: str, row: Row, produced_ms: dict[int, int], outputs: list[tuple[dict, int]],
-           cpu_seconds: float, peak_rss_bytes: int) -> Figure:
+           cpu_seconds: float, peak_rss_bytes: int, load: float = 0.0) -> Figure:
     """The figures of a checked run: ``produced_ms`` input record times by message, ``outputs``
     (record, output record time) pairs."""
     out_ms = {record["i"]: ts for record, ts in outputs}
@@ -152,7 +153,7 @@ def figure(engine: str, row: Row, produced_ms: dict[int, int], outputs: list[tup
     latencies = [out_ms[i] - produced_ms[i] for i in produced_ms]
     count = len(produced_ms)
     return Figure(engine, row, count, count * tasks_per_message(row.workload), seconds, cpu_seconds,
-                  peak_rss_bytes, latencies)
+                  peak_rss_bytes, latencies, load)
 
 
 # --- the configurations -------------------------------------------------------------------------

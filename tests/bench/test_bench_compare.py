@@ -38,7 +38,7 @@ def test_a_tiny_knarr_only_race_runs_on_the_real_broker_and_prints_its_table(kaf
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     table = proc.stdout
-    assert "| workload | engine | msgs/s | tasks/s | CPU/task | peak RSS | p50 latency | p99 latency |" in table
+    assert "| workload | engine | msgs/s | tasks/s | CPU/task | peak RSS | p50 latency | p99 latency | load |" in table
     for row in rows.ROWS.values():
         assert f"| {row.title} | knarr" in table, f"{row.name} missing from:\n{table}"
     assert "Drakkar 2.4.0 |" not in table  # knarr only: no Drakkar rows, no ratios against it
