@@ -23,11 +23,13 @@ demo-kafka: setup
 	@bootstrap=$$(hack/kafka/kafka.sh up | sed -n 's/^KAFKA_BOOTSTRAP=//p'); \
 	$(UV) run knarr demo --out out/demo-kafka --kafka "$$bootstrap"
 
-# Everything: install, start Kafka and the Kubernetes test control plane, run every test
+# Everything: install, start Kafka, the Kubernetes test control plane and the sink servers, install the
+# headless browser of the debug UI's tests, run every test
 test: setup
 	hack/kafka/kafka.sh up
 	hack/envtest/envtest.sh up
 	hack/services/services.sh up
+	hack/browser/browser.sh up
 	$(UV) run pytest $(PYTEST_ARGS)
 
 # Only the tests that need no service (fast feedback)
@@ -63,6 +65,14 @@ services-up:
 # Stop the sink servers (idempotent)
 services-down:
 	hack/services/services.sh down
+
+.PHONY: screenshots
+
+# The debug UI's browser tests, keeping their screenshots as the README's (docs/screenshots/*.png)
+screenshots: setup
+	hack/kafka/kafka.sh up
+	hack/browser/browser.sh up
+	KNARR_DOCS_SCREENSHOTS=1 $(UV) run pytest tests/debug_ui $(PYTEST_ARGS)
 
 .PHONY: bench-fairness
 
@@ -128,3 +138,10 @@ kind-up: images
 
 kind-down:
 	operator/scripts/kind.sh down
+
+.PHONY: bench-recorder
+
+# The flight recorder's cost: engine throughput with debug off and on, alternating, in one run (local Kafka)
+bench-recorder: setup
+	hack/kafka/kafka.sh up
+	$(UV) run python bench/recorder.py $(BENCH_ARGS)

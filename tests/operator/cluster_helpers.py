@@ -102,9 +102,11 @@ def running_operator(kubeconfig: str, namespace_pattern: str) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def operator_process(kubeconfig: str, namespace_pattern: str, log: Path, resync_seconds: float = 1) -> Iterator[subprocess.Popen]:
-    """The operator as users run it: its own process (``knarr-operator``), resyncing every ``resync_seconds``."""
-    env = {**os.environ, "KUBECONFIG": kubeconfig, "KNARR_OPERATOR_RESYNC_SECONDS": str(resync_seconds)}
+def operator_process(kubeconfig: str, namespace_pattern: str, log: Path, resync_seconds: float = 1,
+                     settings: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """The operator as users run it: its own process (``knarr-operator``), resyncing every ``resync_seconds``;
+    ``settings`` are more of its ``KNARR_OPERATOR_*`` variables."""
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "KNARR_OPERATOR_RESYNC_SECONDS": str(resync_seconds), **(settings or {})}
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "knarr_operator", "--namespace", namespace_pattern],
                                 env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -58,11 +58,13 @@ def api(kubeconfig):
 def operator(request, api, kubeconfig, tmp_path_factory):
     """The operator as users run it (its own ``knarr-operator`` process), watching the module's ``OPERATED`` prefix.
 
-    A module sets ``OPERATOR_RESYNC_SECONDS`` to have it resync more often (deadline tests) or less.
+    A module sets ``OPERATOR_RESYNC_SECONDS`` to have it resync more often (deadline tests) or less, and
+    ``OPERATOR_SETTINGS`` for more of its ``KNARR_OPERATOR_*`` variables.
     """
     resync = getattr(request.module, "OPERATOR_RESYNC_SECONDS", 1)
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    with operator_process(kubeconfig, f"{request.module.OPERATED}*", log, resync_seconds=resync) as proc:
+    with operator_process(kubeconfig, f"{request.module.OPERATED}*", log, resync_seconds=resync,
+                          settings=getattr(request.module, "OPERATOR_SETTINGS", None)) as proc:
         yield proc
 
 

@@ -72,6 +72,7 @@ def test_the_worker_reads_each_secret_back_into_the_right_key(spec_with_every_cr
         ({"sinks": {"http": {"api": {"url": "https://h/in", "headers": {"Authorization": "Bearer hunter2"}}}}}, "hunter2", "sinks.http.api.headers.Authorization"),
         ({"sinks": {"postgres": {"main": {"dsn": "postgresql://app:hunter2@db/x"}}}}, "hunter2", "sinks.postgres.main.dsn"),
         ({"executor": {"env": {"API_KEY": "hunter2"}}}, "hunter2", "executor.env.API_KEY"),
+        ({"cache": {"shared": {"url": "redis://:hunter2@cache:6379/0"}}}, "hunter2", "cache.shared.url"),
     ],
 )
 def test_a_secret_written_inline_is_refused_naming_the_key_without_its_value(sample_spec, section, value, key):
@@ -155,3 +156,14 @@ def test_an_unreadable_credential_is_left_out_of_the_operators_kafka_client_not_
     config = rendered(spec_with_every_credential)
     extra = kafka_extra_with_secrets(config.validated.kafka.extra, config.secrets, {"kafka": None})
     assert "sasl.password" not in extra
+
+
+def test_the_shared_cache_url_comes_from_a_secret(sample_spec, tmp_path):
+    sample_spec["cache"] = {"enabled": True, "shared": {"url": ref("cache", "url")}}
+    config = rendered(sample_spec)
+    [secret] = [s for s in config.secrets if s.config_path == "cache.shared.url"]
+    assert secret.env_name == "KNARR_CACHE__SHARED__URL"
+    (tmp_path / "config.yaml").write_text(config.to_yaml())
+    values = {s.env_name: f"value-of-{s.key}" for s in config.secrets} | {secret.env_name: "redis://:p@cache:6379/0"}
+    loaded = load_config(tmp_path / "config.yaml", env=values)
+    assert loaded.cache.shared.url == "redis://:p@cache:6379/0"

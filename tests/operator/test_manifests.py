@@ -261,3 +261,10 @@ def test_an_offset_backfill_passes_partition_offset_pairs_in_partition_order(sam
     sample_spec["backfills"] = [{"name": "b", "from": {"offsets": {"10": 5, "2": 100}}, "to": {"offsets": {"2": 200, "10": 9}}}]
     args = render(sample_spec).backfills["b"]["spec"]["arguments"]
     assert args[4:8] == ["--from-offsets", "2:100,10:5", "--to-offsets", "2:200,10:9"]
+
+
+def test_the_handler_cache_gets_a_scratch_volume_at_its_db_dir(sample_spec):
+    sample_spec["cache"] = {"enabled": True, "dbDir": "/var/lib/knarr-cache"}
+    pod = by_kind(render(sample_spec))["Deployment"]["spec"]["template"]["spec"]
+    assert {"name": "cache", "mountPath": "/var/lib/knarr-cache"} in pod["containers"][0]["volumeMounts"]
+    assert {"name": "cache", "emptyDir": {}} in pod["volumes"]

@@ -32,7 +32,7 @@ def test_settings_come_from_knarr_operator_variables():
 def test_an_unknown_variable_is_refused_naming_it_and_the_known_ones():
     with pytest.raises(SettingsError) as err:
         OperatorSettings.from_env({"KNARR_OPERATOR_RESYNC_SECOND": "5"})
-    assert str(err.value).startswith("unknown operator setting(s) KNARR_OPERATOR_RESYNC_SECOND; the settings are KNARR_OPERATOR_LAG_TIMEOUT_SECONDS, ")
+    assert str(err.value).startswith("unknown operator setting(s) KNARR_OPERATOR_RESYNC_SECOND; the settings are KNARR_OPERATOR_ALLOW_DEBUG, KNARR_OPERATOR_LAG_TIMEOUT_SECONDS, ")
 
 
 def test_a_value_out_of_range_is_refused_naming_the_variable_and_the_value():

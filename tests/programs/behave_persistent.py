@@ -9,6 +9,7 @@ and some only a long-lived program has:
   leak=MB      keep MB more of memory for the rest of the program's life
   garbage      write bytes that are no frame to the real stdout
   exit-now     end the program (exit code 3) without answering
+  quit         end the program with exit code 0 without answering
   count        print how many tasks this program has run, itself included
 """
 
@@ -67,6 +68,8 @@ def run(request):
             os.write(FRAMES_FD, b"this is no frame\n")
         elif arg == "exit-now":
             os._exit(3)
+        elif arg == "quit":
+            os._exit(0)
         elif arg == "count":
             out.append(f"{_runs}\n")
     return Result(exit_code=code, stdout="".join(out), stderr="".join(err))

@@ -127,3 +127,23 @@ def test_check_warns_that_a_local_source_without_dlq_path_dead_letters_to_the_ka
     assert proc.returncode == 0, proc.stderr
     assert ("warning: the source is local but dlq.path is empty: dead letters go to the Kafka topic 'orders_dlq' at "
             "'kafka-1:9092'; set dlq.path to keep them in a file") in proc.stdout
+
+
+def test_check_warns_about_a_persistent_program_that_is_not_there(tmp_path):
+    config = tmp_path / "knarr.yaml"
+    config.write_text("sinks: {filesystem: {out: {base_path: out}}}\n"
+                      "executor: {persistent: {command: [no-such-task-program, --serve]}}\n")
+    proc = knarr("check", "--config", str(config), "--handler", "knarr.demo.handler:SearchHandler")
+    assert proc.returncode == 0, proc.stderr
+    assert ("warning: executor.persistent.command's program 'no-such-task-program' is neither an executable file "
+            "nor on PATH on this machine") in proc.stdout
+
+
+def test_check_warns_about_cache_tiers_configured_while_the_cache_is_off(tmp_path):
+    config = tmp_path / "knarr.yaml"
+    config.write_text("sinks: {filesystem: {out: {base_path: out}}}\n"
+                      "cache: {shared: {url: 'redis://:secret@cache:6379/0'}}\n")
+    proc = knarr("check", "--config", str(config), "--handler", "knarr.demo.handler:SearchHandler")
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: cache.db_dir or cache.shared is set but cache.enabled is false" in proc.stdout
+    assert "secret" not in proc.stdout

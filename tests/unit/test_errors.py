@@ -21,7 +21,7 @@ INTERNAL = {
     "knarr.sinks.base.PermanentSinkError": "a sink refused a batch: on_delivery_error decides, the DLQ record carries the message",
     "knarr.engine.ledger.ArrangeRefused": "an arrange() result the engine will not run: that part of the window is dead-lettered",
     "knarr.engine.frames.FrameError": "bytes that are no frame: the persistent program is replaced and its task fails with reason protocol",
-    "knarr.engine.persistent.ProgramFailure": "a persistent program that could not answer: its task fails (timeout, crash, protocol, launch) through on_error",
+    "knarr.engine.programs.ProgramFailure": "a persistent program that could not answer: its task fails (timeout, crash, protocol, launch) through on_error",
     "knarr.dlq.records.UnreadableRecord": "a DLQ entry that is no record: knarr dlq counts it as unreadable and goes on",
 }
 

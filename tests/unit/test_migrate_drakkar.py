@@ -34,6 +34,7 @@ FILE_SINK = {"sinks": {"filesystem": {"out": {"base_path": "/tmp/out"}}}}
     ({"sinks": {"http": {"hook": {"url": "http://h", "headers": {"X": "y"}}}}}, "sinks.http.hook.headers", {"X": "y"}),
     ({"dlq": {"on_send_failure": "stall"}}, "dlq.on_send_failure", "stall"),
     ({"worker_name_env": "POD"}, "worker_name_env", "POD"),
+    ({"cache": {"enabled": True, "max_memory_entries": 500}}, "cache.max_entries", 500),
 ])
 def test_a_drakkar_key_lands_on_its_knarr_key(drakkar, knarr_key, value):
     migration = migrate_config(drakkar)
@@ -47,7 +48,7 @@ def test_a_drakkar_key_lands_on_its_knarr_key(drakkar, knarr_key, value):
 @pytest.mark.parametrize("drakkar, key, words", [
     ({"ui": {"enabled": True, "port": 8080}}, "ui", "no debug UI"),
     ({"debug": {"enabled": True}}, "debug", "no debug UI"),
-    ({"cache": {"enabled": True}}, "cache", "no handler cache"),
+    ({"cache": {"enabled": True, "peer_sync": {"enabled": True}}}, "cache.peer_sync", "set cache.shared.url"),
     ({"sources": {"kafka": {"enabled": True, "on_parse_error": "raise"}}}, "sources.kafka.on_parse_error",
      "value 'raise' has no knarr equivalent"),
     ({"sources": {"kafka": {"enabled": False}}}, "sources.kafka.enabled", "always consumes the Kafka source"),
@@ -70,7 +71,7 @@ def test_a_key_without_equivalent_is_listed_with_its_reason(drakkar, key, words)
 
 @pytest.mark.parametrize("drakkar, key", [
     ({"ui": {"enabled": False, "port": 8080}}, "ui"),
-    ({"cache": {"enabled": False}}, "cache"),
+    ({"cache": {"enabled": True, "peer_sync": {"enabled": False}}}, "cache.peer_sync"),
     ({"sources": {"kafka": {"enabled": True}, "http": {"enabled": False}}}, "sources.http"),
     ({"sources": {"kafka": {"enabled": True}}}, "sources.kafka.enabled"),
     ({"executor": {"max_stdout_bytes": 0}}, "executor.max_stdout_bytes"),

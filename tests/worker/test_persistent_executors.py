@@ -179,6 +179,16 @@ async def test_a_program_killed_mid_task_fails_that_task_as_a_crash_and_the_retr
     assert [(g.succeeded, g.failed) for g in handler.groups] == [(1, 0), (1, 0)]
 
 
+async def test_a_program_that_exits_with_code_0_mid_task_has_not_answered_its_task_crashed(kafka_bootstrap):
+    jobs = [{"id": 0, "args": ["quit"]}, {"id": 1, "args": ["out=next"]}]
+    handler, _, _ = await run_jobs(kafka_bootstrap, jobs, Jobs(on_error=knarr.ErrorAction.SKIP), max_executors=1,
+                                   **persistent())
+    [error] = handler.errors
+    assert (error.reason, error.exit_code) == ("crash", 0)
+    assert "exited with code 0 while running the task" in error.stderr
+    assert [r.stdout for r in handler.results] == ["next\n"]
+
+
 async def test_a_task_past_its_deadline_kills_its_program_and_fails_alone(kafka_bootstrap):
     jobs = [{"id": 0, "args": ["out=before", "count"]}, {"id": 1, "args": ["sleep=60"], "timeout": 1},
             {"id": 2, "args": ["out=after", "count"]}]
@@ -318,3 +328,63 @@ def test_no_program_outlives_a_worker_stopped_or_killed_mid_task(kafka_bootstrap
         else:
             worker.kill()
         assert processes_gone(tag, timeout=15) == []
+
+
+def test_a_program_dies_with_an_embedded_worker_killed_by_sigkill_even_without_containment(tmp_path):
+    """No subreaper, cgroup or guard here (an embedded Worker sets none up): the parent-death signal alone.
+
+    The program is mid-task (a long sleep), so the end of its stdin alone would not stop it.
+    """
+    program = f"""
+import asyncio, sys, time
+from knarr.api.tasks import ExecutorTask
+from knarr.config.loading import config_from_dict
+from knarr.engine.persistent import ProgramPool
+
+config = config_from_dict({{"executor": {{"persistent": {{"command": {BEHAVE_PERSISTENT!r}}}}},
+                           "sinks": {{"filesystem": {{"out": {{"base_path": {str(tmp_path)!r}}}}}}}}})
+
+async def main():
+    pool = ProgramPool(config.executor, {{}})
+    command = tuple(config.executor.persistent.command)
+    outcome = await pool.run(command, ExecutorTask(args=["count"]), 30)
+    busy = asyncio.create_task(pool.run(command, ExecutorTask(args=["sleep=600"]), 900))
+    await asyncio.sleep(0.5)  # the request is written: the program is mid-task, its stdin still open
+    print("PROGRAM", outcome.pid, outcome.stdout.strip(), flush=True)
+    time.sleep(600)
+
+asyncio.run(main())
+"""
+    parent = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[2])
+    try:
+        line = next(line for line in parent.stdout if line.startswith("PROGRAM "))  # past any log lines
+        _, pid, count = line.split()
+    finally:
+        parent.kill()
+        parent.wait(timeout=30)
+    assert count == "1"
+
+    def gone() -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    wait_for(gone, 15, "the program to die with its parent")
+
+
+async def test_programs_of_different_commands_share_the_slots_an_idle_one_making_room(kafka_bootstrap):
+    class Named(Jobs):
+        async def arrange(self, messages, pending):
+            return [knarr.ExecutorTask(args=["count"], source_offsets=[m.offset], **m.payload.task_fields)
+                    for m in messages]
+
+    first, second = [*BEHAVE_PERSISTENT, "tag=first"], [*BEHAVE_PERSISTENT, "tag=second"]
+    jobs = [{"id": i, "task_fields": {"persistent_command": command}}
+            for i, command in enumerate([first, first, second, first])]
+    handler, _, _ = await run_jobs(kafka_bootstrap, jobs, Named(), max_executors=1)
+    results = sorted(handler.results, key=lambda r: r.task.source_offsets)
+    # One slot: starting `second` stopped the idle `first`, so `first` started afresh after it.
+    assert [r.stdout for r in results] == ["1\n", "2\n", "1\n", "1\n"]
+    assert len({r.pid for r in results}) == 3

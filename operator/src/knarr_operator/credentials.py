@@ -8,7 +8,8 @@ header, a DSN with a password) is refused: it would sit in plain text in the Con
 in the Pipeline, which more people can read than Secrets).
 
 Which values may come from a Secret:
-- whole fields, listed in :data:`SECRET_FIELDS` (sink connection strings and URLs);
+- whole fields, listed in :data:`SECRET_FIELDS` (sink connection strings and URLs, the debug UI's token,
+  the shared cache tier's URL);
 - every value of the maps in :data:`SECRET_MAPS` (librdkafka properties, HTTP headers, task env).
 """
 
@@ -33,7 +34,9 @@ from knarr.config import (
     PostgresSinkConfig,
     RedisSinkConfig,
 )
+from knarr.config.cache import SharedCacheConfig
 from knarr.config.environment import ENV_DELIMITER, env_name
+from knarr.config.models import DebugConfig
 from knarr.config.secrets import has_credentials, is_secret_key
 from pydantic import BaseModel
 
@@ -44,6 +47,8 @@ SECRET_FIELDS: dict[type[BaseModel], frozenset[str]] = {
     MongoSinkConfig: frozenset({"uri"}),
     RedisSinkConfig: frozenset({"url"}),
     HttpSinkConfig: frozenset({"url"}),
+    DebugConfig: frozenset({"token"}),
+    SharedCacheConfig: frozenset({"url"}),
 }
 SECRET_MAPS: dict[type[BaseModel], frozenset[str]] = {
     KafkaConfig: frozenset({"extra"}),
@@ -109,8 +114,11 @@ def _walk(model: type[BaseModel], data: dict[str, Any], path: list[str], refs: l
             continue
         here = [*path, name]
         if name in SECRET_FIELDS.get(model, ()):
-            if _take(data, name, here, refs, problems) is None and has_credentials(value):
-                problems.append(_inline(here, "holds a password"))
+            if _take(data, name, here, refs, problems) is None and value:
+                if is_secret_key(name):  # a token is a secret whatever it looks like
+                    problems.append(_inline(here, "is a secret"))
+                elif has_credentials(value):
+                    problems.append(_inline(here, "holds a password"))
         elif name in SECRET_MAPS.get(model, ()) and isinstance(value, dict):
             for key in list(value):
                 if _take(value, key, [*here, key], refs, problems) is None and (is_secret_key(key) or has_credentials(value[key])):

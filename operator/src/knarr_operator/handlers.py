@@ -118,7 +118,7 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
     try:
         spec, worker = split_spec(body["spec"])
         config = render_worker_config(worker, spec.env)
-        preflight(config)
+        preflight(config, allow_debug=SETTINGS.allow_debug)
         _check_keda(spec, config)
     except (SpecError, InvalidConfig, KedaAuthError) as exc:
         _reject(body, patch, status, new_status, str(exc))

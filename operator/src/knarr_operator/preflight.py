@@ -34,8 +34,18 @@ from knarr_operator.worker_config import InvalidConfig, WorkerConfig
 _POD_FILE_SUFFIXES = (".location", ".keytab", "plugin.library.paths")
 
 
-def preflight(config: WorkerConfig) -> None:
-    """Raise :class:`InvalidConfig` with every problem the worker would report before connecting."""
+def preflight(config: WorkerConfig, *, allow_debug: bool = True) -> None:
+    """Raise :class:`InvalidConfig` with every problem the worker would report before connecting.
+
+    ``allow_debug`` is the operator's own setting (``operator.allowDebug`` in the chart): without it a
+    Pipeline may not turn on the debug UI, which runs messages through the handler on request.
+    """
+    if config.validated.debug.enabled and not allow_debug:
+        raise InvalidConfig(
+            "debug.enabled: this operator does not let Pipelines turn on the workers' flight recorder and debug UI "
+            "(its chart value operator.allowDebug is false); remove spec.debug.enabled, or ask the cluster's "
+            "administrator to set operator.allowDebug=true"
+        )
     problems: list[str] = []
     try:
         build_sinks(config.validated)

@@ -41,6 +41,11 @@ class OperatorSettings(BaseModel):
         5, ge=0.5, le=120,
         description="How long one read of a consumer group's lag may take before the Pipeline reports KafkaUnreachable.",
     )
+    allow_debug: bool = Field(
+        False,
+        description="Let Pipelines turn on their workers' flight recorder and debug UI (spec.debug.enabled); the "
+                    "operator then exposes its port with a Service. false: such a Pipeline is refused (ConfigRejected).",
+    )
     log_level: Literal["info", "verbose", "debug"] = Field(
         "info", description="info: what the operator changes; verbose: also every handler run; debug: also every API call.",
     )
@@ -84,6 +89,8 @@ def _bounds(name: str, quote: str = "`") -> str:
     field = OperatorSettings.model_fields[name]
     if typing.get_origin(field.annotation) is Literal:
         return ", ".join(f"{quote}{v}{quote}" for v in typing.get_args(field.annotation))
+    if field.annotation is bool:
+        return f"{quote}true{quote}, {quote}false{quote}"
     low = next(m.ge for m in field.metadata if hasattr(m, "ge"))
     high = next(m.le for m in field.metadata if hasattr(m, "le"))
     return f"{low}–{high}"
@@ -102,7 +109,8 @@ def docs_table() -> str:
     """The reference table of operator/README.md, between its markers."""
     rows = [DOCS_BEGIN, "", "| chart value | variable | default | range | what |", "| --- | --- | --- | --- | --- |"]
     for name, field in OperatorSettings.model_fields.items():
-        rows.append(f"| `operator.{to_camel(name)}` | `{env_name(name)}` | `{_default(name)}` | {_bounds(name)} | {field.description} |")
+        default = str(_default(name)).lower() if isinstance(_default(name), bool) else _default(name)
+        rows.append(f"| `operator.{to_camel(name)}` | `{env_name(name)}` | `{default}` | {_bounds(name)} | {field.description} |")
     return "\n".join([*rows, "", DOCS_END])
 
 

@@ -55,6 +55,7 @@ def render_worker_config(worker_spec: Mapping[str, Any], env: Iterable[Mapping[s
     for ref in secrets:
         _set_path(candidate, list(ref.path), _placeholder(ref))
     candidate = _with_env_overrides(candidate, list(env))
+    _check_debug_token(candidate)
     try:
         validated = config_from_dict(candidate)
     except ConfigError as exc:
@@ -74,7 +75,28 @@ def render_worker_config(worker_spec: Mapping[str, Any], env: Iterable[Mapping[s
             f"metrics.host {validated.metrics.host!r}: the kubelet probes the pod's IP, which a loopback address "
             f"never answers; use 0.0.0.0 (or :: on IPv6 clusters)"
         )
+    debug = validated.debug
+    if debug.enabled and debug.port in (0, validated.metrics.port):
+        raise InvalidConfig(
+            f"debug.port {debug.port}: the operator exposes the debug UI on a port of its own (a container port and "
+            f"a Service), so it must be a fixed port (not 0) other than metrics.port ({validated.metrics.port})"
+        )
     return WorkerConfig(data=data, secrets=tuple(secrets), validated=validated)
+
+
+def _check_debug_token(candidate: Mapping[str, Any]) -> None:
+    """A debug UI other pods can reach needs a bearer token, and on a Pipeline it comes from a Secret.
+
+    The worker refuses this too; the operator says it in the Pipeline's own terms.
+    """
+    debug = candidate.get("debug") or {}
+    host = str(debug.get("host", "127.0.0.1"))
+    if debug.get("enabled") is True and not debug.get("token") and not _is_loopback(host):
+        raise InvalidConfig(
+            f"debug.host {host!r} makes the debug UI reachable from other pods, but debug.token is not set: set "
+            "spec.debug.token to {valueFrom: {secretKeyRef: {name: <secret>, key: <key>}}} (every request must then "
+            "carry it as a bearer token), or keep debug.host at 127.0.0.1 and reach the UI with kubectl port-forward"
+        )
 
 
 # A credential's stand-in while validating: shaped like the real thing, for code that parses it.

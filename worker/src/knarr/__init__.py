@@ -32,12 +32,14 @@ from knarr.api.tasks import (
     make_stable_task_id,
     make_task_id,
 )
+from knarr.cache import CacheScope
 from knarr.config import ConfigError, KnarrConfig, load_config
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BaseHandler",
+    "CacheScope",
     "CollectResult",
     "ConfigError",
     "DeliveryAction",

@@ -34,6 +34,7 @@ from knarr.api.tasks import (
     make_stable_task_id,
     make_task_id,
 )
+from knarr.cache import CacheScope
 from knarr.config import KnarrConfig as DrakkarConfig
 from knarr.config import load_config
 
@@ -58,8 +59,7 @@ NOT_IN_KNARR = {
     "make_request_id": "knarr has no HTTP source",
     "KafkaSourceConfig": "the source topic is configured under kafka: in knarr's config",
     "SourcesConfig": "the source is configured under kafka: and source: in knarr's config",
-    "CacheLike": "knarr has no handler cache yet",
-    "CacheScope": "knarr has no handler cache yet",
+    "CacheLike": "type self.cache as knarr.cache.handler_cache.HandlerCache",
     "AnnotatorLike": "knarr has no debug UI or recorder annotations",
     "TimelineEventEmitter": "knarr has no debug UI timeline",
     "NoOpTimelineEventEmitter": "knarr has no debug UI timeline",
@@ -79,6 +79,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BaseDrakkarHandler",
+    "CacheScope",
     "CollectResult",
     "DeliveryAction",
     "DeliveryError",

@@ -27,12 +27,14 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "Everything asked for was done (a stopped worker drained and committed cleanly).",
     ExitCode.FATAL: "A fatal error at run time (e.g. a payload naming an unknown sink, a DLQ that refuses "
                     "every record); the worker stopped without committing past unfinished work.",
-    ExitCode.USAGE: "Bad arguments, configuration or handler (the message names the key, file:line or hook); "
-                    "nothing ran.",
+    ExitCode.USAGE: "Bad arguments, configuration, handler or probed message (the message names the key, "
+                    "file:line or hook); nothing ran.",
     ExitCode.UNAVAILABLE: "A service needed at startup cannot be reached: the broker (after "
                           "`kafka.startup_timeout_seconds`), a sink, the DLQ, or the local source's input file.",
     ExitCode.WORK_FAILED: "A bounded run (`knarr backfill`, `knarr run` on the local source) finished, but tasks "
-                          "failed for good or payloads were dead-lettered; its summary counts them.",
+                          "failed for good or payloads were dead-lettered; its summary counts them. `knarr probe`: "
+                          "the message went through, but a task failed, a hook raised, something would be "
+                          "dead-lettered or it did not finish in time; its report says which.",
     ExitCode.DRAIN_INCOMPLETE: "Stopped on request (SIGTERM/SIGINT), but in-flight work did not finish within "
                                "`executor.drain_timeout_seconds`: the final commit was skipped and the unfinished "
                                "messages will be replayed.",

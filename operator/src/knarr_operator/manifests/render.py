@@ -16,7 +16,14 @@ from knarr_operator.manifests.autoscaling import (
 )
 from knarr_operator.manifests.backfill import spark_application
 from knarr_operator.manifests.meta import PipelineRef, with_spec_hash
-from knarr_operator.manifests.workload import config_map, deployment, disruption_budget, metrics_service
+from knarr_operator.manifests.workload import (
+    config_map,
+    debug_service,
+    debug_service_name,
+    deployment,
+    disruption_budget,
+    metrics_service,
+)
 from knarr_operator.spec import OperatorSpec
 from knarr_operator.worker_config import WorkerConfig
 
@@ -72,5 +79,10 @@ def render_children(
         with_spec_hash(metrics_service(pipeline, config)),
         with_spec_hash(disruption_budget(pipeline)),
     ]
+    debug = debug_service(pipeline, config)
+    if debug is not None:
+        workload.append(with_spec_hash(debug))
+    else:
+        absent.append(("v1", "Service", debug_service_name(pipeline)))
     backfills = {b.name: spark_application(pipeline, spec, config, b) for b in spec.backfills}
     return Children(workload=workload, backfills=backfills, absent=absent)

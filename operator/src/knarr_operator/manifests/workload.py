@@ -1,10 +1,12 @@
-"""The worker fleet: ConfigMap, Deployment, metrics Service, PodDisruptionBudget."""
+"""The worker fleet: ConfigMap, Deployment, metrics Service, debug Service, PodDisruptionBudget."""
 
 from __future__ import annotations
 
 import json
 import math
 from typing import Any
+
+from knarr.config.models import is_loopback as _is_loopback
 
 from knarr_operator.manifests.meta import (
     CONFIG_HASH_ANNOTATION,
@@ -65,12 +67,31 @@ def config_mounts() -> list[dict[str, Any]]:
 
 
 def _sink_data_volumes(config: WorkerConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The root filesystem is read-only: filesystem sinks get a scratch volume at their base path."""
+    """The root filesystem is read-only: filesystem sinks get a scratch volume at their base path,
+    and the handler cache one at its db_dir (it outlives a container restart, as the pod's name
+    and so the cache file's name do)."""
     volumes, mounts = [], []
     for i, (name, sink) in enumerate(sorted(config.validated.sinks.filesystem.items())):
         volumes.append({"name": f"sink-{i}", "emptyDir": {}})
         mounts.append({"name": f"sink-{i}", "mountPath": sink.base_path})
+    cache = config.validated.cache
+    if cache.enabled and cache.db_dir and not (cache.db_dir + "/").startswith("/tmp/"):
+        volumes.append({"name": "cache", "emptyDir": {}})
+        mounts.append({"name": "cache", "mountPath": cache.db_dir})
     return volumes, mounts
+
+
+def _debug_parts(config: WorkerConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """With debug on: the debug UI's container port, and a scratch volume for the recorder's files when
+    debug.db_dir is outside /tmp (the root filesystem is read-only). Nothing when it is off."""
+    debug = config.validated.debug
+    if not debug.enabled:
+        return [], [], []
+    ports = [{"name": "debug", "containerPort": debug.port, "protocol": "TCP"}]
+    db_dir = debug.db_dir.rstrip("/")
+    if not db_dir or db_dir == "/tmp" or db_dir.startswith("/tmp/"):
+        return ports, [], []
+    return ports, [{"name": "debug-db", "emptyDir": {}}], [{"name": "debug-db", "mountPath": db_dir}]
 
 
 def deployment(
@@ -93,13 +114,14 @@ def deployment(
     port = config.validated.metrics.port
     drain = config.validated.executor.drain_timeout_seconds
     sink_volumes, sink_mounts = _sink_data_volumes(config)
+    debug_ports, debug_volumes, debug_mounts = _debug_parts(config)
     container: dict[str, Any] = {
         "name": WORKER,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": ["knarr", "run", "--config", CONFIG_PATH, "--handler", spec.handler],
         "env": [TERMINATION_LOG_ENV, *worker_env(spec, config)],
-        "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
+        "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}, *debug_ports],
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "livenessProbe": {
@@ -112,7 +134,7 @@ def deployment(
             "periodSeconds": 5,
             "failureThreshold": 2,
         },
-        "volumeMounts": config_mounts() + sink_mounts,
+        "volumeMounts": config_mounts() + sink_mounts + debug_mounts,
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -133,7 +155,7 @@ def deployment(
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],
-        "volumes": config_volumes(pipeline) + sink_volumes,
+        "volumes": config_volumes(pipeline) + sink_volumes + debug_volumes,
     }
     if spec.service_account_name:
         pod_spec["serviceAccountName"] = spec.service_account_name
@@ -174,6 +196,29 @@ def metrics_service(pipeline: PipelineRef, config: WorkerConfig) -> dict[str, An
         "spec": {
             "selector": selector(pipeline, WORKER),
             "ports": [{"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"}],
+        },
+    }
+
+
+def debug_service_name(pipeline: PipelineRef) -> str:
+    return f"{pipeline.name}-debug"
+
+
+def debug_service(pipeline: PipelineRef, config: WorkerConfig) -> dict[str, Any] | None:
+    """The workers' debug UI, for a Pipeline that turns it on and binds it where other pods reach it.
+
+    Bound to a loopback address (the default), only ``kubectl port-forward`` reaches it: no Service.
+    """
+    debug = config.validated.debug
+    if not debug.enabled or _is_loopback(debug.host):
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(pipeline, debug_service_name(pipeline), WORKER),
+        "spec": {
+            "selector": selector(pipeline, WORKER),
+            "ports": [{"name": "debug", "port": debug.port, "targetPort": "debug", "protocol": "TCP"}],
         },
     }
 

@@ -12,6 +12,7 @@ from knarr.api.groups import MessageGroup, PendingContext
 from knarr.api.messages import SourceMessage
 from knarr.api.payloads import CollectResult, DeliveryAction, DeliveryError
 from knarr.api.tasks import ErrorAction, ExecutorError, ExecutorResult, ExecutorTask
+from knarr.cache.disabled import DISABLED
 
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
@@ -36,6 +37,10 @@ def periodic(seconds: float, on_error: Literal["continue", "stop"] = "continue")
         raise ValueError(f"periodic(on_error={on_error!r}) must be 'continue' or 'stop'")
 
     def decorate(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        import inspect
+
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"@periodic needs an async method: make {getattr(fn, '__qualname__', fn)!r} an `async def`")
         setattr(fn, PERIODIC_ATTR, PeriodicSpec(seconds=seconds, on_error=on_error))
         return fn
 
@@ -51,6 +56,9 @@ class BaseHandler(Generic[InputT, OutputT]):
 
     input_model: type[BaseModel] | None = None
     output_model: type[BaseModel] | None = None
+    # The handler cache: the worker puts its cache here when cache.enabled is true; until then
+    # every use raises an error saying how to turn it on.
+    cache: Any = DISABLED
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

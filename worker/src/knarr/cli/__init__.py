@@ -1,4 +1,4 @@
-"""The ``knarr`` command: run, check, init, demo, dlq and backfill.
+"""The ``knarr`` command: run, check, init, demo, dlq, probe and backfill.
 
 Every subcommand returns an exit code; an error for people (:class:`knarr.errors.KnarrError`)
 is printed as one message, prefixed with the command, and ends the command with the code
@@ -88,8 +88,10 @@ def parser() -> argparse.ArgumentParser:
     demo.set_defaults(fn=_demo)
 
     from knarr.cli.dlq import add_parsers as add_dlq_parsers
+    from knarr.cli.probe import add_parser as add_probe_parser
 
     add_dlq_parsers(sub)
+    add_probe_parser(sub, handler_help)
 
     sub.add_parser("backfill", help="reprocess history on Spark (see knarr backfill --help)")
     sub.add_parser("migrate-config", help="translate a Drakkar config (see knarr migrate-config --help)")

@@ -9,6 +9,7 @@ that work but probably are not what was meant) do not fail it.
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -105,4 +106,15 @@ def warnings(config: KnarrConfig, handler_cls: type) -> list[str]:
                        f"{config.dlq_topic!r} at {config.dlq_brokers!r}; set dlq.path to keep them in a file")
     if config.executor.binary_path and not Path(config.executor.binary_path).exists():
         out.append(f"executor.binary_path {config.executor.binary_path!r} does not exist on this machine")
+    persistent = config.executor.persistent
+    if persistent is not None and persistent.command and shutil.which(persistent.command[0]) is None:
+        out.append(f"executor.persistent.command's program {persistent.command[0]!r} is neither an executable file "
+                   "nor on PATH on this machine")
+    cache = config.cache
+    if not cache.enabled and (cache.db_dir or cache.shared is not None):
+        out.append("cache.db_dir or cache.shared is set but cache.enabled is false: the handler cache is off "
+                   "and self.cache raises; set cache.enabled: true")
+    elif cache.enabled and not cache.db_dir and cache.shared is None:
+        out.append("the handler cache keeps its entries in memory only (no cache.db_dir, no cache.shared): "
+                   "they are gone when the worker restarts")
     return out

@@ -341,3 +341,58 @@ class SourceConfig(Section):
         if self.type == "local" and self.local is None:
             raise ValueError("source.type is 'local' but source.local is missing; set source.local.path to a JSONL file")
         return self
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this host can reach (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host.strip().lower() == "localhost"
+
+
+class DebugLink(Section):
+    title: str = Field(..., min_length=1, max_length=200, description="Text of the link in the debug UI.")
+    url: str = Field(..., min_length=1, max_length=2_000, description="Where it points.")
+
+
+class DebugConfig(Section):
+    """The flight recorder (engine events in SQLite) and the debug web UI / JSON API serving it."""
+
+    enabled: bool = Field(False, description="Record engine events and serve the debug UI (off unless asked for: it listens on a port).")
+    host: str = Field("127.0.0.1", min_length=1, description="Address the debug UI listens on; anything but a loopback address needs debug.token.")
+    port: int = Field(8080, ge=0, le=65535, description="Port of the debug UI and its JSON API (0: pick a free one).")
+    token: str = Field("", description="Bearer token every /api request and the WebSocket must carry (Authorization: Bearer ...); required when host is not a loopback address. Keep it in a Secret / env override.")
+    debug_url: str = Field("", description="URL peers and links use to reach this worker's debug UI; empty: http://<host>:<port> (the host name when bound to all addresses).")
+    db_dir: str = Field("/tmp", description="Directory of the recorder's SQLite files (a shared volume lets peers find each other); empty: keep events in memory only.")
+    store_events: bool = Field(True, description="Write engine events to the events table.")
+    store_config: bool = Field(True, description="Write this worker's config (secrets masked) to the worker_config table, so peers of the consumer group discover it.")
+    store_state: bool = Field(True, description="Write a snapshot of the worker's state (partitions, pool, backpressure) every state_sync_interval_seconds.")
+    state_sync_interval_seconds: float = Field(10, gt=0, le=3_600, description="Seconds between state snapshots.")
+    rotation_interval_minutes: float = Field(60, gt=0, le=10_080, description="Start a new database file (named by worker and time) this often.")
+    retention_hours: float = Field(24, gt=0, le=8_760, description="Delete this worker's database files older than this.")
+    retention_max_events: int = Field(100_000, ge=10, le=100_000_000, description="Most events kept across this worker's database files; the oldest go first.")
+    store_output: bool = Field(True, description="Keep tasks' stdout and stderr in their events.")
+    flush_interval_seconds: float = Field(5, gt=0, le=600, description="How often buffered events are written (in a thread, never on the event loop).")
+    max_buffer: int = Field(50_000, ge=100, le=10_000_000, description="Most events buffered between flushes; past it the oldest are dropped (and counted in knarr_recorder_events_dropped_total), never the pipeline's work.")
+    max_ui_rows: int = Field(5_000, ge=10, le=1_000_000, description="Most rows one API query or page returns.")
+    log_min_duration_ms: int = Field(500, ge=0, le=86_400_000, description="Tasks taking at least this long are logged as slow (INFO).")
+    ws_min_duration_ms: int = Field(500, ge=0, le=86_400_000, description="Events with a duration shorter than this are not pushed to the live WebSocket feed (events without one always are).")
+    event_min_duration_ms: int = Field(0, ge=0, le=86_400_000, description="Events with a duration shorter than this are not stored (events without one always are).")
+    output_min_duration_ms: int = Field(500, ge=0, le=86_400_000, description="A successful task's stdout/stderr is kept only when it ran at least this long (a failed task's always is).")
+    prometheus_url: str = Field("", description="Prometheus server for the UI's dashboard links; empty: no such links.")
+    prometheus_rate_interval: str = Field("5m", pattern=r"^[0-9]+(ms|s|m|h|d)$", description="Range of rate() in those links.")
+    prometheus_worker_label: str = Field("", description="Label naming the worker in Prometheus (e.g. pod); empty: the links show every worker.")
+    prometheus_cluster_label: str = Field("", description="Label naming the cluster in Prometheus; empty: not filtered by cluster.")
+    custom_links: list[DebugLink] = Field(default_factory=list, max_length=50, description="Extra links shown in the UI: [{title, url}].")
+
+    @model_validator(mode="after")
+    def _token_off_loopback(self) -> DebugConfig:
+        if self.enabled and not self.token and not is_loopback(self.host):
+            raise ValueError(
+                f"debug.host is {self.host!r}, which is reachable from other machines, but debug.token is empty: "
+                "set debug.token (e.g. from a Secret through KNARR_DEBUG__TOKEN) or bind debug.host to 127.0.0.1"
+            )
+        return self

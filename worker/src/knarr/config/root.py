@@ -6,8 +6,10 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from knarr.config.cache import CacheConfig
 from knarr.config.environment import CONFIG_PATH_ENV, ENV_DELIMITER, ENV_PREFIX
 from knarr.config.models import (
+    DebugConfig,
     DlqConfig,
     ExecutorConfig,
     KafkaConfig,
@@ -32,6 +34,8 @@ class KnarrConfig(Section):
     dlq: DlqConfig = Field(default_factory=DlqConfig, description="Where failed deliveries and unprocessable windows go.")
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="The /metrics, /healthz and /readyz server.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Log level and format.")
+    debug: DebugConfig = Field(default_factory=DebugConfig, description="The flight recorder and the debug web UI (off by default).")
+    cache: CacheConfig = Field(default_factory=CacheConfig, description="The handler cache (self.cache): memory, SQLite, and a shared tier.")
     handler: HandlerSpec = Field(
         "",
         description="The handler class, 'package.module:Class' or 'path/to/file.py:Class' (a file is relative "

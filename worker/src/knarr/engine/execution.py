@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from typing import Any
 
 from knarr.api.handler import BaseHandler
 from knarr.api.tasks import ErrorAction, ExecutorError, ExecutorResult, ExecutorTask
@@ -47,6 +48,7 @@ class TaskExecutor:
         # access) on every spawn cost about 40 us of worker CPU per task.
         self._base_env = task_environment(config.env_inherit, os.environ, config.env, always=self._marker)
         self._labels = TaskLabelCounter(config.metric_labels, config.metric_label_values_max)
+        self.recorder: Any = None  # the flight recorder, or None (debug off)
         # Persistent programs get the same base environment; a task's own env travels in its request.
         self.programs = ProgramPool(config, self._base_env)
 
@@ -73,6 +75,8 @@ class TaskExecutor:
         """Run ``task`` until it succeeds, fails for good or is replaced; returns the outcome and attempts made."""
         while True:
             outcome = await self._attempt(task, partition, attempt)
+            if self.recorder is not None:
+                _record_attempt(self.recorder, task, partition, outcome)
             if isinstance(outcome, ExecutorResult):
                 return Succeeded(outcome), attempt
             error = outcome
@@ -85,6 +89,9 @@ class TaskExecutor:
             decision = await self._on_error(task, error)
             if isinstance(decision, list):
                 self._count("replaced", task)
+                if self.recorder is not None:
+                    self.recorder.record("task_replaced", partition, None, task.task_id, task.parent_task_id,
+                                         data={"replacements": [t.task_id for t in decision], "attempt": attempt})
                 log.debug("task failed; replaced by on_error", replacements=len(decision), **task_context(task))
                 return Replaced(error, decision), attempt
             if decision is ErrorAction.RETRY and attempt < self.max_attempts(task):
@@ -134,7 +141,12 @@ class TaskExecutor:
 
         priority = call_sync_hook("task_priority", self._priority, task, log=log, default=_DEFAULT_PRIORITY,
                                   **task_context(task)).value
+        waiting_since = time.monotonic() if self.recorder is not None else 0.0
         await self.scheduler.acquire(partition, priority)
+        if self.recorder is not None:
+            self.recorder.record("task_started", partition, None, task.task_id, task.parent_task_id, data={
+                "slot_wait_ms": round((time.monotonic() - waiting_since) * 1000, 3), "attempt": attempt,
+                "args": task.args})
         try:
             if is_expired(time.time(), task.expires_at):  # expired while waiting for a slot: never run
                 return _expired(task, attempt)
@@ -157,6 +169,10 @@ class TaskExecutor:
         metrics.task_duration.observe(proc.duration_seconds)
         if proc.stdout_truncated or proc.stderr_truncated:
             metrics.task_output_truncated.inc()
+        if proc.failure:  # persistent mode: the program died mid-task (crash) or broke the protocol (even
+            # an exit with code 0 mid-task is no answer)
+            return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid,
+                          exception=proc.stderr, reason=proc.failure)
         if proc.exit_code == 0:
             _completed.inc()
             self._labels.count("completed", task.labels)
@@ -166,9 +182,6 @@ class TaskExecutor:
             return _error(task, attempt, result, pid=proc.pid, stderr=proc.stderr, exception=proc.stderr, reason="timeout")
         if proc.launch_error:
             return _error(task, attempt, result, stderr=proc.stderr, exception=proc.launch_error, reason="launch")
-        if proc.failure:  # persistent mode: the program died mid-task (crash) or broke the protocol
-            return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid,
-                          exception=proc.stderr, reason=proc.failure)
         return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid,
                       stderr_truncated=proc.stderr_truncated)
 
@@ -188,6 +201,22 @@ class TaskExecutor:
             returned=repr(decision)[:200], **task_context(task),
         )
         return ErrorAction.SKIP
+
+
+def _record_attempt(recorder: Any, task: ExecutorTask, partition: int, outcome: ExecutorResult | ExecutorError) -> None:
+    """One attempt's end in the flight recorder: task_finished (exit 0) or task_failed, with its output."""
+    if isinstance(outcome, ExecutorResult):
+        recorder.record("task_finished", partition, None, task.task_id, task.parent_task_id,
+                        outcome.duration_seconds * 1000, {
+                            "exit_code": outcome.exit_code, "args": task.args, "attempt": outcome.attempt,
+                            "pid": outcome.pid, "stdout": outcome.stdout, "stderr": outcome.stderr})
+        return
+    result = outcome.result
+    recorder.record("task_failed", partition, None, task.task_id, task.parent_task_id,
+                    result.duration_seconds * 1000 if result is not None else None, {
+                        "reason": outcome.reason, "exit_code": outcome.exit_code, "args": task.args,
+                        "attempt": outcome.attempt, "pid": outcome.pid, "stderr": outcome.stderr,
+                        "stdout": result.stdout if result is not None else None, "error": outcome.exception})
 
 
 def task_context(task: ExecutorTask) -> dict[str, object]:

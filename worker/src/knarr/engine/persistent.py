@@ -1,78 +1,40 @@
 """Persistent executors: long-lived programs that run many tasks each (docs/task-protocol.md).
 
 Spawning a process per task costs a fork, an exec and the program's own start-up; for a tiny
-task (a lookup, a regex, a small model call) that is the whole cost. Here a program starts
-once and runs task after task, one at a time, exchanging frames on its stdin and stdout.
+task (a lookup, a regex, a small model call) that is the whole cost. Here a program
+(programs.py) starts once and runs task after task, one at a time; this module is the pool.
 
 - **One program per pool slot.** A task holds a slot (the SlotScheduler's) while its program
   runs it, so no more programs are busy than there are slots; starting a new one when the
   worker already has ``max_executors`` alive stops an idle one of another command first.
 - **Reuse last in, first out.** The programs that work stay warm; the extra ones a burst
   started reach ``max_idle_seconds`` and are stopped.
-- **Registered once.** A program's stdout, stderr and pidfd are registered with the event loop
-  when it starts, not per task: a task costs one write and, usually, one read.
 - **Failures replace the program, never the worker.** A task past its deadline, a program
-  that dies mid-task or writes something that is no frame: the program's process group is
-  killed and the task fails (reasons ``timeout``, ``crash``, ``protocol``) through the usual
-  ``on_error`` path; the next task starts a new program, after a delay that grows while
-  programs keep failing (``restart_backoff_*``) and resets on the first task that succeeds.
-- **Contained like tasks.** A program runs in a session of its own with the worker's task
-  environment (the ``env_inherit`` allow-list, ``executor.env`` and ``KNARR_TASK_TAG``, which
-  the guard of containment.py scans for), so the subreaper, the cgroup and the guard cover
-  it. It also starts through a short trampoline that sets ``PR_SET_PDEATHSIG`` (SIGKILL)
-  before exec'ing it: a per-task cost spawn mode cannot afford (containment.py) is nothing
-  once per program. The parent-death signal follows the thread that spawned the program, so
-  programs are spawned on the event loop's thread, which lives as long as the worker (and
-  starts are rare: once per program, not per task).
+  that dies mid-task or writes something that is no frame: the program is killed and the task
+  fails (reasons ``timeout``, ``crash``, ``protocol``) through the usual ``on_error`` path;
+  the next task starts a new program, after a delay that grows while programs keep failing
+  (``restart_backoff_*``) and resets on the first task that succeeds.
+- **Limits checked after each task**: ``max_tasks_per_process`` and ``max_rss_mb`` retire a
+  program once the task it was running has finished.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
 import time
 from collections.abc import Mapping
 
 from knarr.api.tasks import ExecutorTask
 from knarr.config.models import ExecutorConfig, PersistentConfig
-from knarr.engine import processes
 from knarr.engine.backoff import retry_delay
 from knarr.engine.capture import decode_head
-from knarr.engine.frames import PROTOCOL_VERSION, Decoder, Frame, FrameError, encode
+from knarr.engine.frames import PROTOCOL_VERSION, FrameError, encode
 from knarr.engine.processes import ProcessOutcome, launch_problem
+from knarr.engine.programs import Program, ProgramFailure, rss_bytes
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 
 log = get_logger(component="persistent")
-
-STDERR_TAIL_BYTES = 4096  # a program's own stderr (outside frames): the last of it, for crash messages
-_READ_BYTES = 1 << 16
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-# Runs in `python -I -S -c`: the parent-death signal, then exec the program (same pid).
-_TRAMPOLINE = r"""
-import ctypes, os, sys
-ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG = 1, SIGKILL = 9
-if os.getppid() != int(sys.argv[1]):
-    os._exit(70)  # the worker was gone before the signal was armed
-try:
-    os.execvp(sys.argv[2], sys.argv[2:])
-except OSError as exc:
-    os.write(2, f"cannot exec {sys.argv[2]!r}: {exc.strerror}\n".encode())
-    os._exit(127)
-"""
-
-
-class ProgramFailure(Exception):
-    """Why a program could not answer: ``reason`` is timeout, crash, protocol or launch."""
-
-    def __init__(self, reason: str, message: str, exit_code: int | None = None) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-        self.exit_code = exit_code
 
 
 def program_command(task: ExecutorTask, config: ExecutorConfig) -> tuple[str, ...] | None:
@@ -87,231 +49,6 @@ def program_command(task: ExecutorTask, config: ExecutorConfig) -> tuple[str, ..
     if default and task.binary_path is None:
         return tuple(default)
     return None
-
-
-def describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by signal {-code} ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-def rss_bytes(pid: int) -> int | None:
-    """Resident memory of one process, from /proc/<pid>/statm; None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * _PAGE
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-class Program:
-    """One running program: its pipes and pidfd, the frame decoder, and the task it is answering."""
-
-    def __init__(self, command: tuple[str, ...], env: Mapping[str, str], keep: int) -> None:
-        self.command = command
-        self.loop = asyncio.get_running_loop()
-        self.decoder = Decoder(keep)
-        self.waiter: asyncio.Future[Frame] | None = None
-        self.exited: asyncio.Future[int] = self.loop.create_future()
-        self.tail = bytearray()
-        self.tasks = 0
-        self.idle_since = 0.0
-        self.gone: str | None = None  # why it takes no more tasks (set once, with the kill or retirement)
-        self._pending: memoryview | None = None
-        self._kill_timer: asyncio.TimerHandle | None = None
-        fds: list[int] = []
-        try:
-            in_r, self.stdin = os.pipe2(os.O_CLOEXEC)
-            fds += [in_r, self.stdin]
-            self.stdout, out_w = os.pipe2(os.O_CLOEXEC)
-            fds += [self.stdout, out_w]
-            self.stderr, err_w = os.pipe2(os.O_CLOEXEC)
-            fds += [self.stderr, err_w]
-            argv = [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), *command]
-            actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
-            self.pid = os.posix_spawn(sys.executable, argv, dict(env), file_actions=actions, setsid=True)
-        except BaseException:
-            for fd in fds:
-                os.close(fd)
-            raise
-        processes._leaders.add(self.pid)  # containment's reaper leaves it to us
-        for fd in (in_r, out_w, err_w):
-            os.close(fd)
-        for fd in (self.stdin, self.stdout, self.stderr):
-            os.set_blocking(fd, False)
-        self.pidfd = os.pidfd_open(self.pid)
-        self.loop.add_reader(self.stdout, self._on_stdout)
-        self.loop.add_reader(self.stderr, self._on_stderr)
-        self.loop.add_reader(self.pidfd, self._on_exit)
-        metrics.persistent_programs.inc()
-        metrics.persistent_starts.inc()
-
-    # --- asking -------------------------------------------------------------------------------
-    async def ask(self, frame: bytes, timeout: float, what: str) -> Frame:
-        """Send ``frame`` and wait for the program's next one; ProgramFailure if it cannot answer in time."""
-        if self.gone is not None:
-            raise ProgramFailure("crash", f"the program {self.gone} before it could answer")
-        waiter = self.waiter = self.loop.create_future()
-        timer = self.loop.call_later(timeout, self._expire, waiter, timeout, what)
-        try:
-            if frame:
-                self._write(frame)
-            return await waiter
-        finally:
-            timer.cancel()
-
-    def _expire(self, waiter: asyncio.Future, timeout: float, what: str) -> None:
-        if not waiter.done():
-            self.fail("timeout", f"{what} timed out after {timeout:g}s; the program's process group was killed")
-
-    def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        try:
-            view = view[os.write(self.stdin, view):]
-        except BlockingIOError:
-            pass
-        except OSError:  # it closed its stdin or died: its exit, seen on the pidfd, fails the task
-            self.kill("closed its stdin")
-            return
-        if view:
-            self._pending = view
-            self.loop.add_writer(self.stdin, self._on_writable)
-
-    def _on_writable(self) -> None:
-        view = self._pending
-        try:
-            view = view[os.write(self.stdin, view):] if view else view
-        except BlockingIOError:
-            return
-        except OSError:
-            view = None
-            self.kill("closed its stdin")
-        if not view:
-            self._pending = None
-            if self.stdin >= 0:
-                self.loop.remove_writer(self.stdin)
-        else:
-            self._pending = view
-
-    # --- what the program says ------------------------------------------------------------------
-    def _on_stdout(self) -> None:
-        try:
-            data = os.read(self.stdout, _READ_BYTES)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self.loop.remove_reader(self.stdout)
-            self.kill("closed its stdout")  # the exit, on the pidfd, fails a waiting task as a crash
-            return
-        self._feed(data)
-
-    def _feed(self, data: bytes) -> None:
-        try:
-            frames = self.decoder.feed(data)
-        except FrameError as exc:
-            self.fail("protocol", f"the program wrote a malformed frame: {exc}")
-            return
-        for frame in frames:
-            waiter = self.waiter
-            if waiter is None or waiter.done():
-                self.fail("protocol", f"the program wrote a {frame.header['type']!r} frame while no task was waiting")
-                return
-            self.waiter = None
-            waiter.set_result(frame)
-
-    def _on_stderr(self) -> None:
-        try:
-            data = os.read(self.stderr, _READ_BYTES)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self.loop.remove_reader(self.stderr)
-            return
-        self.tail += data
-        del self.tail[:-STDERR_TAIL_BYTES]
-
-    def stderr_tail(self) -> str:
-        text = self.tail.decode(errors="replace").strip()
-        return f"; its stderr ends: {text[-1000:]}" if text else ""
-
-    def _on_exit(self) -> None:
-        """The program exited: take what it still wrote, reap it, and fail the task it was running."""
-        for fd, handler in ((self.stdout, self._feed), (self.stderr, None)):
-            for _ in range(64):  # what it wrote just before exiting (a grandchild may keep writing: bounded)
-                try:
-                    data = os.read(fd, _READ_BYTES)
-                except OSError:
-                    break
-                if not data:
-                    break
-                if handler is not None and self.gone is None:
-                    handler(data)
-                elif handler is None:
-                    self.tail += data
-                    del self.tail[:-STDERR_TAIL_BYTES]
-        for fd in (self.stdout, self.stderr, self.pidfd):
-            self.loop.remove_reader(fd)
-        if self._pending is not None:
-            self.loop.remove_writer(self.stdin)
-        processes._kill_group(self.pid)  # its stragglers
-        _, status = os.waitpid(self.pid, 0)
-        processes._leaders.discard(self.pid)
-        code = os.waitstatus_to_exitcode(status)
-        if self._kill_timer is not None:
-            self._kill_timer.cancel()
-        for fd in (self.stdin, self.stdout, self.stderr, self.pidfd):
-            if fd >= 0:
-                os.close(fd)
-        self.stdin = -1
-        metrics.persistent_programs.dec()
-        if self.gone is None:
-            self.gone = describe_exit(code)
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            self.waiter = None
-            waiter.set_exception(ProgramFailure(
-                "crash", f"the persistent program {list(self.command)} (pid {self.pid}) {describe_exit(code)} "
-                         f"while running the task{self.stderr_tail()}", code))
-        self.exited.set_result(code)
-
-    # --- ending ----------------------------------------------------------------------------------
-    def fail(self, reason: str, message: str) -> None:
-        """Kill the program; the task waiting for it, if any, fails with ``reason``."""
-        self.kill(message)
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            self.waiter = None
-            waiter.set_exception(ProgramFailure(reason, message))
-
-    def kill(self, why: str) -> None:
-        if self.gone is None:
-            self.gone = why
-        if not self.exited.done():
-            processes._kill_group(self.pid)
-
-    def retire(self, why: str, grace: float) -> None:
-        """Ask it to stop (its stdin closes: end of tasks), and kill its group if it is still there after ``grace``."""
-        if self.gone is None:
-            self.gone = why
-        if self.exited.done():
-            return
-        if self._pending is not None:
-            self.loop.remove_writer(self.stdin)
-            self._pending = None
-        if self.stdin >= 0:
-            os.close(self.stdin)
-            self.stdin = -1
-        if grace <= 0:
-            processes._kill_group(self.pid)
-        elif self._kill_timer is None:
-            self._kill_timer = self.loop.call_later(grace, processes._kill_group, self.pid)
 
 
 class ProgramPool:
@@ -394,7 +131,7 @@ class ProgramPool:
 
     async def _start(self, command: tuple[str, ...]) -> Program:
         try:
-            program = Program(command, self.env, self.keep)
+            program = await Program.start(command, self.env, self.keep)
         except OSError as exc:
             raise ProgramFailure("launch", exc.strerror or str(exc)) from None
         self._live.add(program)
@@ -452,6 +189,7 @@ class ProgramPool:
         """Stop the idle program that has waited longest (of another command: there is none of this one)."""
         oldest: list[Program] | None = None
         for idle in self._idle.values():
+            idle[:] = [program for program in idle if program.gone is None]
             if idle and (oldest is None or idle[0].idle_since < oldest[0].idle_since):
                 oldest = idle
         if oldest:

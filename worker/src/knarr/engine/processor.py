@@ -56,6 +56,7 @@ class PartitionProcessor:
         on_progress: Callable[[], None] | None = None,
         stats: RunStats | None = None,
         on_parse_error: str = "arrange",
+        recorder: Any = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -67,6 +68,7 @@ class PartitionProcessor:
         self.on_progress = on_progress or (lambda: None)
         self.stats = stats or RunStats()
         self.on_parse_error = on_parse_error
+        self.recorder = recorder  # the flight recorder, or None (debug off)
         self.ledger = Ledger(partition, max_tasks_per_window=config.max_tasks_per_window,
                              dead_letter_exhausted=config.on_retries_exhausted == "dlq")
         self.log = get_logger(partition=partition, topic=topic)
@@ -96,6 +98,10 @@ class PartitionProcessor:
         self._arrived.set()
         self._consumed.inc(len(messages))
         self._queue_size.set(len(self._queue))
+        if self.recorder is not None:
+            for msg in messages:
+                self.recorder.record("consumed", self.partition, msg.offset, data={
+                    "key": msg.key.decode("utf-8", "replace") if msg.key is not None else None, "size": len(msg.value)})
 
     @property
     def load(self) -> int:
@@ -234,6 +240,9 @@ class PartitionProcessor:
             for part, tasks, reason in parts:
                 scope = None if whole_window else part
                 if reason is None:
+                    if self.recorder is not None:
+                        self.recorder.record("window_arranged", self.partition, part[0].offset, data={
+                            "window_id": window.id, "offsets": [m.offset for m in part], "tasks": len(tasks or [])})
                     self._carry_out(self.ledger.arranged(window, tasks or [], scope))
                 else:
                     self._carry_out(self.ledger.arrange_failed(window, reason, scope))
@@ -279,6 +288,8 @@ class PartitionProcessor:
             if isinstance(effect, RunTask):
                 self.stats.tasks += 1
                 metrics.tasks_in_flight.inc()
+                if self.recorder is not None:
+                    self._record_queued(effect.run)
                 self._spawn(self._run(effect.run))
             elif isinstance(effect, CloseGroup):
                 self._spawn(self._close(effect.group))
@@ -287,6 +298,14 @@ class PartitionProcessor:
             else:
                 self._spawn(self._dead_letter(effect))
         self._update_settled()
+
+    def _record_queued(self, run: Run) -> None:
+        task, offsets = run.task, [g.offset for g in run.groups]
+        data = {"offsets": offsets, "args": task.args, "window_id": run.window.id}
+        if task.labels:
+            data["labels"] = task.labels
+        self.recorder.record("task_queued", self.partition, offsets[0] if offsets else None, task.task_id,
+                             task.parent_task_id, data=data)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         child = asyncio.create_task(self._supervised(coro))
@@ -329,13 +348,18 @@ class PartitionProcessor:
         called = await call_hook("on_task_complete", self.handler.on_task_complete, result, log=self.log,
                                  **task_context(run.task))
         if called.raised:
+            if self.recorder is not None:
+                self.recorder.record("task_failed", self.partition, None, run.task.task_id, run.task.parent_task_id,
+                                     data={"reason": "hook", "exit_code": result.exit_code, "attempt": run.attempt,
+                                           "stderr": f"on_task_complete raised {_exc_text(called.error)}"})
             return Failed(ExecutorError.model_construct(
                 task=run.task, exit_code=result.exit_code, stderr=result.stderr, pid=result.pid,
                 exception=f"on_task_complete raised {_exc_text(called.error)}", reason="hook",
                 attempt=run.attempt, result=result,
             ))
-        delivered = await self._deliver(called.value, Origin.of(self.partition, [g.message for g in run.groups]))
-        events.emit("task_complete", partition=self.partition, **task_context(run.task),
+        delivered = await self._deliver(called.value, Origin.of(self.partition, [g.message for g in run.groups],
+                                                                stage="task", task_id=run.task.task_id))
+        events.emit("task_complete", self.recorder, partition=self.partition, **task_context(run.task),
                     duration=round(time.monotonic() - started, 6), output_message_count=delivered)
         return outcome
 
@@ -352,11 +376,12 @@ class PartitionProcessor:
                                 [group.message], holds=[group])
             await self._dead_letter(letter)
             return
-        delivered = await self._deliver(called.value, Origin.of(self.partition, [group.message]))
+        delivered = await self._deliver(called.value, Origin.of(self.partition, [group.message], stage="message"))
         outcome = ("empty" if view.is_empty else "succeeded" if view.all_succeeded
                    else "failed" if view.succeeded == 0 else "partial")
         metrics.labelled(metrics.messages_completed, outcome).inc()
-        events.emit("message_complete", partition=self.partition, offset=group.offset, task_count=view.total,
+        events.emit("message_complete", self.recorder, partition=self.partition, offset=group.offset,
+                    task_count=view.total, total=view.total,
                     succeeded=view.succeeded, failed=view.failed, replaced=view.replaced,
                     duration=round(time.monotonic() - started, 6), output_message_count=delivered)
         self._group_closed(group)
@@ -376,8 +401,8 @@ class PartitionProcessor:
             await self._dead_letter(DeadLetter("on_window_complete", f"on_window_complete raised {_exc_text(called.error)}",
                                                list(window.messages)))
             return
-        delivered = await self._deliver(called.value, Origin.of(self.partition, window.messages))
-        events.emit("window_complete", partition=self.partition, window_id=window.id, task_count=window.tasks,
+        delivered = await self._deliver(called.value, Origin.of(self.partition, window.messages, stage="window"))
+        events.emit("window_complete", self.recorder, partition=self.partition, window_id=window.id, task_count=window.tasks,
                     duration=round(time.monotonic() - window.created_at, 6), output_message_count=delivered)
 
     # --- outputs ---------------------------------------------------------------------------

@@ -16,12 +16,14 @@ import time
 from typing import Any
 
 from knarr.api.handler import BaseHandler, periodic_methods, ready_arguments
+from knarr.cache.handler_cache import HandlerCache, attach_cache
 from knarr.config.librdkafka import ConsumerSettingsError, check_consumer_settings
 from knarr.config.loading import ConfigError
 from knarr.config.root import KnarrConfig
 from knarr.engine.backpressure import Flow, decide_flow, held_load
 from knarr.engine.execution import TaskExecutor
 from knarr.engine.hooks import call_hook
+from knarr.engine.periodic import run_periodic
 from knarr.engine.processes import seal_inherited_fds
 from knarr.engine.processor import PartitionProcessor
 from knarr.engine.scheduling import SlotScheduler
@@ -68,6 +70,7 @@ class Worker:
         self._background: set[asyncio.Task] = set()
         self.health: HealthServer | None = None
         self.sinks: SinkManager | None = None
+        self.cache: HandlerCache | None = None
         self.stats = RunStats()
         # Set by the CLI (a process of its own): a shutdown that overruns its deadline (a client stuck
         # on an unreachable broker) ends the process instead of hanging until Kubernetes kills it.
@@ -75,6 +78,10 @@ class Worker:
         self._deadline_timer: threading.Timer | None = None
         self._exit_code: int | None = None  # known once the shutdown finished
         self._stuck: list[str] = []  # shutdown steps left unfinished (a thread may still be inside a client)
+        self.cluster = ""
+        self.started_at = time.monotonic()
+        self.recorder: Any = None  # the flight recorder (debug.enabled), else None
+        self.debug_server: Any = None
 
     # --- startup ---------------------------------------------------------------------------
     async def run(self) -> int:
@@ -87,6 +94,7 @@ class Worker:
             consumer_group=self.config.kafka.consumer_group if self.config.source.type == "kafka" else "",
             cluster=cluster or self.config.cluster_name, version=VERSION,
         )
+        self.cluster = cluster or self.config.cluster_name
         self.log = get_logger()
         updated = await self.handler.on_startup(self.config)
         if isinstance(updated, KnarrConfig):
@@ -111,12 +119,17 @@ class Worker:
         )
         self.executor = TaskExecutor(self.handler, self.scheduler, cfg.executor)
         try:
+            self.cache = await attach_cache(cfg, self.handler, cluster or cfg.cluster_name)
+            if cfg.debug.enabled:
+                await self._start_debug()
             await self.sinks.connect_all()
             await self.handler.on_ready(*ready_arguments(self.handler.on_ready, cfg, self._postgres_pool()))
             self._start_periodic()
             self._install_signals()
             await self.source.start(self._assign, self._revoke)
         except Exception:
+            await self._stop_background()
+            await self._stop_debug()
             await self._close_outputs()
             raise
         self._ready = True
@@ -129,6 +142,26 @@ class Worker:
         except Exception as exc:  # a bug or a client failure: stop, but still close every client in order
             self.fail(exc)
         return await self._shutdown()
+
+    async def _start_debug(self) -> None:
+        """The flight recorder, then the debug UI serving it; the engine's parts report to the recorder."""
+        from knarr.debug.service import start_debug
+
+        self.recorder, self.debug_server = await start_debug(self)
+        self.executor.recorder = self.recorder
+        assert self.sinks is not None
+        self.sinks.recorder = self.recorder
+
+    async def _stop_debug(self) -> None:
+        """Spec order: the recorder first (its last events written), then the server."""
+        recorder, server, self.recorder, self.debug_server = self.recorder, self.debug_server, None, None
+        if recorder is not None:
+            try:
+                await recorder.stop()
+            except Exception as exc:  # the recorder's disk must not keep the sinks and the consumer open
+                self.log.warning("flight recorder did not stop cleanly", error=f"{type(exc).__name__}: {exc}")
+        if server is not None:
+            await server.stop()
 
     def _postgres_pool(self) -> Any:
         """The first PostgreSQL sink's connection pool, for ``on_ready(config, pool)``; None without one."""
@@ -194,18 +227,7 @@ class Worker:
 
     def _start_periodic(self) -> None:
         for name, spec, fn in periodic_methods(self.handler):
-            self._spawn(self._periodic(name, spec.seconds, spec.on_error, fn))
-
-    async def _periodic(self, name: str, seconds: float, on_error: str, fn: Any) -> None:
-        while True:
-            await asyncio.sleep(seconds)
-            try:
-                await fn()
-            except Exception:
-                metrics.hook_errors.labels(f"periodic:{name}").inc()
-                self.log.exception("periodic task raised", task=name, on_error=on_error)
-                if on_error == "stop":
-                    return
+            self._spawn(run_periodic(name, spec, fn, self.log))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -358,6 +380,9 @@ class Worker:
 
         def info(kind: str, message: str, **fields: Any) -> None:
             metrics.labelled(metrics.backpressure_changes, kind).inc()
+            if self.recorder is not None:
+                self.recorder.record("backpressure_on" if kind in ("hold", "isolate") else "backpressure_off",
+                                     data={"change": kind, "load": load, **fields})
             emit, unlogged = self._flow_changes.seen(kind, now)
             if emit:
                 self.log.info(message, load=load, **({"repeated": unlogged} if unlogged else {}), **fields)
@@ -385,6 +410,8 @@ class Worker:
             processor = self.processors.get(partition)
             if processor is not None:
                 processor.watermark.acknowledge_commit(offset)
+            if self.recorder is not None:
+                self.recorder.record("committed", partition, offset)
 
     # --- assignment ------------------------------------------------------------------------
     async def _assign(self, partitions: list[int]) -> None:
@@ -395,16 +422,23 @@ class Worker:
             processor = PartitionProcessor(
                 self.source.topic, p, self.handler, self.executor, self.sinks, self.config.executor, self.fail,
                 on_progress=self._on_progress, stats=self.stats, on_parse_error=self.config.source.on_parse_error,
+                recorder=self.recorder,
             )
             processor.start()
             self.processors[p] = processor
         metrics.assigned_partitions.set(len(self.processors))
+        if self.recorder is not None:
+            for p in partitions:
+                self.recorder.record("assigned", p, data={"partitions": sorted(partitions)})
         self._spawn(self._hook("on_assign", self.handler.on_assign, partitions))
 
     async def _revoke(self, partitions: list[int], lost: bool) -> dict[int, int]:
         """Drain the partitions (bounded) and say which offsets may be committed before they go."""
         leaving = [(p, self.processors.pop(p)) for p in partitions if p in self.processors]
         metrics.assigned_partitions.set(len(self.processors))
+        if self.recorder is not None:
+            for p in partitions:
+                self.recorder.record("revoked", p, data={"partitions": sorted(partitions), "lost": lost})
         if not leaving:
             return {}
 
@@ -440,6 +474,9 @@ class Worker:
         await asyncio.gather(*(p.stop() for p in processors))
         self.processors.clear()
         await self.executor.close()
+        if self.cache is not None:  # every hook is done: nothing sets an entry after this flush
+            await self._bounded("closing the cache", self.cache.close())
+        await self._stop_debug()
         await asyncio.gather(self._bounded("closing the sinks", self._close_outputs()),
                              self._bounded("closing the consumer", self.source.close()))
         if self.health is not None:
@@ -475,6 +512,14 @@ class Worker:
             self._stuck.append(step)
             return False
         return result is not False
+
+    async def _stop_background(self) -> None:
+        """Cancel the periodic tasks and hooks started so far, and the cache (a startup that failed)."""
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if self.cache is not None:
+            await self.cache.close()
 
     async def _close_outputs(self) -> None:
         if self.sinks is not None:

@@ -47,11 +47,22 @@ probe_connections_dropped = Counter(
     "Connections to the probe/metrics server dropped or refused", ["reason"],  # busy|evicted|slow|oversize
 )
 flight_events = Counter("knarr_flight_events_total", "Flight events by kind", ["event"])
+recorder_dropped = Counter("knarr_recorder_events_dropped_total", "Flight recorder events dropped because its buffer was full (debug.max_buffer)")
 dlq_dropped = Counter("knarr_dlq_dropped_total", "Dead letters the DLQ refused and dlq.on_send_failure=drop gave up on")
 dlq_stalls = Counter("knarr_dlq_stalls_total", "Times a partition stalled because the DLQ refused a dead letter")
 parse_errors = Counter("knarr_parse_errors_total", "Messages that did not parse, by what on_parse_error did", ["policy"])
 stalls = Counter("knarr_stalls_total", "Times a partition stalled because a hook failed on every message", ["hook"])
 partition_stalled = Gauge("knarr_partition_stalled", "1 while the partition is stalled by a failing hook", ["partition"])
+cache_hits = Counter("knarr_cache_hits_total", "Handler cache reads answered, by the tier that had the entry", ["tier"])  # memory|sqlite|shared
+cache_misses = Counter("knarr_cache_misses_total", "Handler cache reads no tier could answer, by call (peek: memory only)", ["call"])  # peek|get
+cache_evictions = Counter("knarr_cache_evictions_total", "Entries dropped from the cache's memory to stay within cache.max_entries (SQLite keeps them)")
+cache_entries = Gauge("knarr_cache_entries", "Entries in the handler cache's memory")
+cache_flush_duration = Histogram("knarr_cache_flush_duration_seconds", "Time to write one batch of cache changes to SQLite", buckets=_DURATION_BUCKETS)
+cache_flush_errors = Counter("knarr_cache_flush_errors_total", "Cache flushes to SQLite that failed (the changes are kept and tried again)")
+cache_shared_errors = Counter("knarr_cache_shared_errors_total", "Reads and writes the shared cache tier did not answer in time or refused")
+cache_shared_writes_dropped = Counter("knarr_cache_shared_writes_dropped_total", "Cache writes the shared tier never got (outage, or more than cache.shared.max_pending_writes queued)")
+cache_shared_available = Gauge("knarr_cache_shared_available", "1 while the shared cache tier answers, 0 during an outage")
+periodic_runs = Counter("knarr_periodic_runs_total", "Runs of the handler's @periodic methods, by outcome", ["task", "outcome"])  # ok|error
 processor_failures = Counter("knarr_processor_failures_total", "Partition processors that died unexpectedly", ["partition"])
 
 _children: dict[tuple, Any] = {}

@@ -32,7 +32,7 @@ from knarr.errors import FatalError
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 from knarr.sinks.base import PermanentSinkError, Sink, TransientSinkError
-from knarr.sinks.dlq import task_record
+from knarr.sinks.dlq import stage_of, task_record
 from knarr.sinks.resolution import resolve_sink
 
 log = get_logger(component="sinks")
@@ -53,10 +53,13 @@ class Origin:
     partition: int | None
     offsets: tuple[int, ...] = ()
     keys: tuple[bytes | None, ...] = ()
+    stage: str = ""  # the hook whose outputs these are: task | message | window (the flight recorder says so)
+    task_id: str | None = None
 
     @classmethod
-    def of(cls, partition: int | None, messages: list[SourceMessage]) -> Origin:
-        return cls(partition, tuple(m.offset for m in messages), tuple(m.key for m in messages))
+    def of(cls, partition: int | None, messages: list[SourceMessage], stage: str = "",
+           task_id: str | None = None) -> Origin:
+        return cls(partition, tuple(m.offset for m in messages), tuple(m.key for m in messages), stage, task_id)
 
 
 @dataclass(slots=True)
@@ -99,6 +102,7 @@ class SinkManager:
         self.waiting: dict[int | None, str] = {}  # partitions waiting for a sink that is down to come back
         self._waiters: dict[int | None, int] = {}  # deliveries waiting, per partition
         self._outages: dict[tuple[str, str], _Outage] = {}  # sinks some delivery is waiting for
+        self.recorder: Any = None  # the flight recorder, or None (debug off)
 
     @property
     def stalled(self) -> dict[int | None, str]:
@@ -196,6 +200,11 @@ class SinkManager:
                 metrics.labelled(metrics.sink_deliveries, *labels).inc()
                 metrics.labelled(metrics.sink_payloads, *labels).inc(len(payloads))
                 metrics.labelled(metrics.sink_duration, *labels).observe(time.monotonic() - started)
+                if self.recorder is not None:
+                    self.recorder.record("delivered", origin.partition, origin.offsets[0] if origin.offsets else None,
+                                         origin.task_id, None, (time.monotonic() - started) * 1000, {
+                                             "sink": f"{sink.sink_type}.{sink.name}", "count": len(payloads),
+                                             "stage": origin.stage, "offsets": list(origin.offsets)})
                 return
         finally:
             if outage:  # this delivery waited for its sink
@@ -306,6 +315,12 @@ class SinkManager:
             if self.dlq_stalled.pop(partition, None) is not None:
                 log.warning("the DLQ accepts dead letters again; partition resumes", dlq=self.dlq.topic, partition=partition)
             metrics.sink_dlq.labels(error.sink_name, error.sink_type).inc()
+            if self.recorder is not None:
+                self.recorder.record("dead_lettered", partition, error.offsets[0] if error.offsets else None,
+                                     (error.task or {}).get("task_id"), None, None, {
+                                         "reason": error.error[:4000], "stage": stage_of(error.sink_type, error.sink_name),
+                                         "sink": error.sink_name, "count": len(error.payloads),
+                                         "offsets": list(error.offsets)})
             self.stats.dead_lettered += len(error.payloads)
             log.warning("payloads dead-lettered", sink=error.sink_name, dlq=self.dlq.topic, count=len(error.payloads),
                         partition=partition, offsets=error.offsets[:20], error=error.error[:500])

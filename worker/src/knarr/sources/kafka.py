@@ -47,6 +47,11 @@ class KafkaSource:
         self._paused_applied: set[int] = set()
         self._lag_at = 0.0
         self._committed: dict[int, int] = {}
+        self.high_watermarks: dict[int, int] = {}  # per partition, as of the last lag refresh
+
+    @property
+    def committed_offsets(self) -> dict[int, int]:
+        return dict(self._committed)
 
     # --- lifecycle (event loop side) -------------------------------------------------------
     async def start(self, on_assign: AssignFn, on_revoke: RevokeFn) -> None:
@@ -167,6 +172,7 @@ class KafkaSource:
                 continue
             if high is None or high < 0:
                 continue
+            self.high_watermarks[tp.partition] = high
             committed = self._committed.get(tp.partition)
             if committed is None or committed == OFFSET_INVALID:
                 continue

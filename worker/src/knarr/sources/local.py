@@ -39,6 +39,14 @@ class LocalSource:
         self._on_revoke: RevokeFn | None = None
         self.total: int | None = None  # lines this run has to process, known once started
 
+    @property
+    def committed_offsets(self) -> dict[int, int]:
+        return dict(self._committed)
+
+    @property
+    def high_watermarks(self) -> dict[int, int]:
+        return dict(self._ends)
+
     async def start(self, on_assign: AssignFn, on_revoke: RevokeFn) -> None:
         if not self.path.is_file():
             raise UnavailableError(f"source.local.path {str(self.path)!r} does not exist; point it at a JSONL file")

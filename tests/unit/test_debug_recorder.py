@@ -1,0 +1,139 @@
+"""The flight recorder's rules (thresholds, pool slots, the live feed), its queries and links, on an in-memory database."""
+
+from __future__ import annotations
+
+import pytest
+
+from knarr.config.loading import ConfigError, config_from_dict
+from knarr.config.models import DebugConfig
+from knarr.debug import queries
+from knarr.debug.links import links
+from knarr.debug.recorder import FlightRecorder
+
+SINKS = {"filesystem": {"out": {"base_path": "/tmp"}}}
+
+
+def memory_recorder(**settings) -> FlightRecorder:
+    return FlightRecorder(DebugConfig(enabled=True, db_dir="", **settings), "w1", consumer_group="g")
+
+
+async def recorded(recorder: FlightRecorder, **filters) -> list[dict]:
+    await recorder.flush()
+    return (await recorder.read(queries.events, filters, 1000))["events"]
+
+
+async def test_a_fast_successful_tasks_output_is_left_out_and_a_failed_tasks_kept():
+    recorder = memory_recorder(output_min_duration_ms=500)
+    await recorder.start()
+    try:
+        recorder.record("task_finished", 0, None, "fast", None, 10.0, {"exit_code": 0, "stdout": "x", "stderr": ""})
+        recorder.record("task_finished", 0, None, "slow", None, 900.0, {"exit_code": 0, "stdout": "y", "stderr": ""})
+        recorder.record("task_failed", 0, None, "bad", None, 1.0, {"exit_code": 3, "stdout": "", "stderr": "boom"})
+        by_task = {e["task_id"]: e["data"] for e in await recorded(recorder)}
+    finally:
+        await recorder.stop()
+    assert "stdout" not in by_task["fast"] and by_task["slow"]["stdout"] == "y" and by_task["bad"]["stderr"] == "boom"
+
+
+async def test_store_output_off_keeps_no_output_at_all():
+    recorder = memory_recorder(store_output=False)
+    await recorder.start()
+    try:
+        recorder.record("task_failed", 0, None, "bad", None, 1.0, {"exit_code": 3, "stderr": "boom"})
+        assert (await recorded(recorder))[0]["data"] == {"exit_code": 3}
+    finally:
+        await recorder.stop()
+
+
+async def test_events_shorter_than_event_min_duration_are_not_stored():
+    recorder = memory_recorder(event_min_duration_ms=100)
+    await recorder.start()
+    try:
+        recorder.record("delivered", 0, 1, None, None, 5.0, {"sink": "kafka.out"})
+        recorder.record("delivered", 0, 2, None, None, 150.0, {"sink": "kafka.out"})
+        recorder.record("consumed", 0, 3)
+        assert [e["offset"] for e in await recorded(recorder)] == [3, 2]
+    finally:
+        await recorder.stop()
+
+
+async def test_the_live_feed_leaves_out_events_shorter_than_ws_min_duration():
+    recorder = memory_recorder(ws_min_duration_ms=100)
+    queue = recorder.subscribe()
+    recorder.record("delivered", 0, 1, None, None, 5.0)
+    recorder.record("delivered", 0, 2, None, None, 500.0)
+    recorder.record("consumed", 0, 3)
+    assert [queue.get_nowait()["offset"] for _ in range(queue.qsize())] == [2, 3]
+
+
+def test_pool_slots_are_reused_lowest_first():
+    recorder = memory_recorder()
+    for task in ("a", "b", "c"):
+        recorder.record("task_started", 0, None, task, data={"args": [task]})
+    recorder.record("task_finished", 0, None, "a", None, 1.0, {"exit_code": 0})
+    recorder.record("task_started", 0, None, "d", data={"args": ["d"]})
+    assert {t: r["slot"] for t, r in recorder.running.items()} == {"b": 1, "c": 2, "d": 0}
+
+
+async def test_a_trace_nests_each_replacement_under_the_task_it_replaced():
+    recorder = memory_recorder()
+    await recorder.start()
+    try:
+        recorder.record("consumed", 0, 7)
+        recorder.record("task_queued", 0, 7, "t1", None, data={"offsets": [7], "args": ["a"]})
+        recorder.record("task_failed", 0, None, "t1", None, 2.0, {"exit_code": 3, "attempt": 1})
+        recorder.record("task_replaced", 0, None, "t1", None, data={"replacements": ["t2"]})
+        recorder.record("task_queued", 0, 7, "t2", "t1", data={"offsets": [7], "args": ["b"]})
+        recorder.record("task_started", 0, None, "t2", "t1", data={"slot_wait_ms": 4.0})
+        recorder.record("task_finished", 0, None, "t2", "t1", 3.0, {"exit_code": 0, "attempt": 1})
+        recorder.record("message_complete", 0, 7, data={"total": 2, "succeeded": 1, "failed": 0, "replaced": 1})
+        recorder.record("committed", 0, 8)
+        await recorder.flush()
+        trace = await recorder.read(queries.trace, 0, 7, 100)
+    finally:
+        await recorder.stop()
+    [root] = trace["tasks"]
+    assert (root["task_id"], root["status"]) == ("t1", "replaced")
+    [child] = root["children"]
+    assert (child["task_id"], child["status"], child["slot_wait_ms"], child["args"]) == ("t2", "succeeded", 4.0, ["b"])
+    assert trace["group"]["replaced"] == 1 and trace["committed"]["offset"] == 8
+
+
+async def test_queries_say_when_they_were_cut_at_the_row_limit():
+    recorder = memory_recorder()
+    await recorder.start()
+    try:
+        for offset in range(5):
+            recorder.record("consumed", 0, offset)
+        await recorder.flush()
+        page = await recorder.read(queries.events, {}, 3)
+    finally:
+        await recorder.stop()
+    assert [e["offset"] for e in page["events"]] == [4, 3, 2] and page["truncated"] is True
+
+
+def test_prometheus_links_select_the_worker_and_cluster_by_their_labels():
+    config = DebugConfig(prometheus_url="http://prom:9090/", prometheus_worker_label="pod",
+                         prometheus_cluster_label="cluster", prometheus_rate_interval="1m",
+                         custom_links=[{"title": "Logs", "url": "https://logs.example"}])
+    out = links(config, "worker-1", "eu")
+    assert out["custom"] == [{"title": "Logs", "url": "https://logs.example"}]
+    first = out["prometheus"][0]
+    assert first["query"] == 'sum(rate(knarr_messages_consumed_total{pod="worker-1",cluster="eu"}[1m]))'
+    assert first["url"].startswith("http://prom:9090/graph?g0.expr=sum%28rate")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "127.0.0.5"])
+def test_a_loopback_debug_ui_needs_no_token(host):
+    assert config_from_dict({"sinks": SINKS, "debug": {"enabled": True, "host": host}}).debug.host == host
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "worker.example"])
+def test_a_debug_ui_reachable_from_elsewhere_needs_a_token(host):
+    with pytest.raises(ConfigError, match="debug.token"):
+        config_from_dict({"sinks": SINKS, "debug": {"enabled": True, "host": host}})
+    assert config_from_dict({"sinks": SINKS, "debug": {"enabled": True, "host": host, "token": "t"}}).debug.token == "t"
+
+
+def test_the_debug_ui_is_off_by_default():
+    assert config_from_dict({"sinks": SINKS}).debug.enabled is False

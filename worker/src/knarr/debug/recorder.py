@@ -1,0 +1,338 @@
+"""The flight recorder: every engine event, buffered in memory and written to SQLite off the event loop.
+
+``record()`` is what the engine calls, on the event loop, for each event: it appends a tuple to
+a buffer and returns. Every ``flush_interval_seconds`` the buffer is handed to the recorder's
+own thread, which writes it, rotates the database file every ``rotation_interval_minutes`` and
+applies retention (by age and by total event count across this worker's files). A buffer that
+fills up (``max_buffer``) drops its oldest events and counts them; the pipeline never waits
+for the recorder.
+
+Database files are ``knarr-recorder-<worker>-<UTC time>.db`` in ``db_dir``, with
+``knarr-recorder-<worker>-live.db`` linking to the current one. ``db_dir: ''`` keeps one
+database in memory instead (no rotation, retention by count only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import os
+import re
+import sqlite3
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from knarr.config.models import DebugConfig
+from knarr.debug import schema
+from knarr.debug.files import merged_connection, recorder_files
+from knarr.observability import metrics
+from knarr.observability.logging import get_logger
+
+log = get_logger(component="recorder")
+
+TASK_END = frozenset(("task_finished", "task_failed"))
+_POOL_EVENTS = frozenset(("task_started", "task_finished", "task_failed"))
+SUBSCRIBER_QUEUE = 1_000  # events waiting for one WebSocket client; a slower client misses some
+
+
+class FlightRecorder:
+    def __init__(self, config: DebugConfig, worker: str, *, cluster: str = "", consumer_group: str = "",
+                 masked_config: dict[str, Any] | None = None, state: Callable[[], dict[str, Any]] | None = None) -> None:
+        self.config = config
+        self.worker = worker
+        self.cluster = cluster
+        self.consumer_group = consumer_group
+        self.masked_config = masked_config or {}
+        self.debug_url = config.debug_url
+        self.state = state
+        self.dropped = 0
+        self.stored = 0  # events written so far
+        self.running: dict[str, dict[str, Any]] = {}  # task_id -> what runs in a pool slot now
+        self.db_path: str = ""  # the current file ('' in memory)
+        self._buffer: deque[tuple] = deque()
+        self._subscribers: set[asyncio.Queue] = set()
+        self._next_id = 1
+        self._conn: sqlite3.Connection | None = None
+        self._opened_at = 0.0
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="knarr-recorder")
+        self._loops: list[asyncio.Task] = []
+        self._dropped_metric = metrics.recorder_dropped
+        self._store = config.store_events
+        self._event_min = config.event_min_duration_ms
+        self._ws_min = config.ws_min_duration_ms
+        self._log_min = config.log_min_duration_ms
+        self._output_min = config.output_min_duration_ms if config.store_output else None
+        self._max_buffer = config.max_buffer
+        self._free_slots: list[int] = []  # pool slot numbers given back, lowest first
+
+    # --- the engine's side: cheap, on the event loop -------------------------------------------
+    def record(self, kind: str, partition: int | None = None, offset: int | None = None, task_id: str | None = None,
+               parent_task_id: str | None = None, duration_ms: float | None = None,
+               data: dict[str, Any] | None = None) -> None:
+        """Take one event. Never blocks, never raises into the pipeline for a full buffer.
+
+        Kept to the least on the event loop: thresholds on output and the JSON of the data are
+        the recorder thread's work (``_row``).
+        """
+        if kind in _POOL_EVENTS:
+            data = self._pool_slot(kind, task_id, partition, duration_ms, data)
+        event_id = self._next_id
+        self._next_id = event_id + 1
+        ts = time.time()
+        if self._store and (duration_ms is None or duration_ms >= self._event_min):
+            buffer = self._buffer
+            if len(buffer) >= self._max_buffer:
+                buffer.popleft()
+                self.dropped += 1
+                self._dropped_metric.inc()
+            buffer.append((event_id, ts, kind, partition, offset, task_id, parent_task_id, duration_ms, data))
+        if self._subscribers and (duration_ms is None or duration_ms >= self._ws_min):
+            self._broadcast({"type": "event", "id": event_id, "ts": ts, "worker": self.worker, "kind": kind,
+                             "partition": partition, "offset": offset, "task_id": task_id,
+                             "parent_task_id": parent_task_id, "duration_ms": duration_ms,
+                             "data": self._shown(kind, duration_ms, data)})
+
+    def _pool_slot(self, kind: str, task_id: str | None, partition: int | None, duration_ms: float | None,
+                   data: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Which task runs in which pool slot (the overview shows it); slow tasks are logged."""
+        if kind == "task_started":
+            slot = heapq.heappop(self._free_slots) if self._free_slots else len(self.running)
+            data = dict(data) if data else {}
+            self.running[task_id or ""] = {"slot": slot, "task_id": task_id, "partition": partition,
+                                           "args": data.pop("args", None), "started_at": time.time()}
+            data["slot"] = slot  # the arguments are on task_queued already: the overview keeps them, the row does not
+            return data
+        entry = self.running.pop(task_id or "", None)
+        if entry is not None:
+            heapq.heappush(self._free_slots, entry["slot"])
+        if duration_ms is not None and duration_ms >= self._log_min:
+            log.info("slow task", task_id=task_id, partition=partition, duration_ms=round(duration_ms, 1),
+                     outcome=kind, exit_code=data.get("exit_code") if data else None)
+        return data
+
+    def _shown(self, kind: str, duration_ms: float | None, data: dict[str, Any] | None) -> dict[str, Any]:
+        """Event data as stored: a task's stdout/stderr only when store_output and the thresholds allow."""
+        if not data:
+            return {}
+        if kind in TASK_END and (self._output_min is None or (kind == "task_finished"
+                                                              and (duration_ms or 0) < self._output_min)):
+            return {k: v for k, v in data.items() if k not in ("stdout", "stderr")}
+        return data
+
+    # --- live feed -------------------------------------------------------------------------------
+    def subscribe(self) -> asyncio.Queue:
+        queue: asyncio.Queue = asyncio.Queue(SUBSCRIBER_QUEUE)
+        self._subscribers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue) -> None:
+        self._subscribers.discard(queue)
+
+    def _broadcast(self, event: dict[str, Any]) -> None:
+        for queue in self._subscribers:
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(event)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._in_thread(self._open)
+        self._loops = [asyncio.create_task(self._every(self.config.flush_interval_seconds, self.flush),
+                                           name="knarr-recorder-flush")]
+        if self.config.store_state and self.state is not None:
+            self._loops.append(asyncio.create_task(self._every(self.config.state_sync_interval_seconds, self.sync_state),
+                                                   name="knarr-recorder-state"))
+        log.info("flight recorder started", db=self.db_path or "(memory)")
+
+    async def stop(self) -> None:
+        """Write what is buffered, end the background work, remove the live link."""
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        self._loops = []
+        try:
+            await self.flush()
+        finally:
+            await self._in_thread(self._close)
+            self._thread.shutdown(wait=True)
+
+    async def _every(self, seconds: float, work: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await work()
+            except Exception as exc:  # a full disk must not stop the worker: say so and go on
+                log.error("flight recorder could not write", error=f"{type(exc).__name__}: {exc}")
+
+    async def flush(self) -> None:
+        if not self._buffer:
+            await self._in_thread(self._maintain)
+            return
+        batch, self._buffer = self._buffer, deque()
+        await self._in_thread(self._write, batch)
+
+    async def sync_state(self) -> None:
+        assert self.state is not None
+        state = self.state()
+        await self._in_thread(self._write_state, time.time(), state)
+
+    async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    # --- reads (the API) -------------------------------------------------------------------------
+    async def read(self, query: Callable[..., Any], *args: Any) -> Any:
+        """Run ``query(conn, *args)`` over every database file of this worker (or the memory one)."""
+        if not self.config.db_dir:
+            return await self._in_thread(self._read_memory, query, args)
+        paths = [str(p) for p in recorder_files(self.config.db_dir, self.worker)]
+        return await asyncio.to_thread(_read_files, paths, query, args)
+
+    def _read_memory(self, query: Callable[..., Any], args: tuple) -> Any:
+        assert self._conn is not None
+        return query(self._conn, *args)
+
+    async def backup(self, target: str) -> None:
+        """A consistent copy of the current database at ``target`` (SQLite's online backup)."""
+        await self.flush()
+        await self._in_thread(self._backup, target)
+
+    def _backup(self, target: str) -> None:
+        assert self._conn is not None
+        with contextlib.closing(sqlite3.connect(target)) as out:
+            self._conn.backup(out)
+
+    # --- the recorder's thread -------------------------------------------------------------------
+    def _open(self) -> None:
+        db_dir = self.config.db_dir
+        if not db_dir:
+            self._conn = sqlite3.connect(":memory:", check_same_thread=False)
+            self.db_path = ""
+        else:
+            Path(db_dir).mkdir(parents=True, exist_ok=True)
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:].replace(".", "")
+            path = Path(db_dir) / f"{file_prefix(self.worker)}{stamp}.db"
+            self._conn = sqlite3.connect(str(path), check_same_thread=False)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self.db_path = str(path)
+            self._link_live(path)
+        schema.create(self._conn)
+        row = self._conn.execute("SELECT max(id) FROM events").fetchone()
+        self._next_id = max(self._next_id, (row[0] or 0) + 1)
+        self._opened_at = time.monotonic()
+        self._write_config()
+        self._conn.commit()
+
+    def _link_live(self, path: Path) -> None:
+        live = path.parent / f"{file_prefix(self.worker)}live.db"
+        tmp = live.with_suffix(".tmp")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        tmp.symlink_to(path.name)
+        os.replace(tmp, live)
+
+    def _write_config(self) -> None:
+        if not self.config.store_config or self._conn is None:
+            return
+        self._conn.execute(schema.UPSERT_CONFIG, (self.worker, self.cluster, self.consumer_group, self.debug_url,
+                                                  self.db_path, schema.dumps(self.masked_config), time.time()))
+
+    def _write(self, batch: deque[tuple]) -> None:
+        assert self._conn is not None
+        worker, dumps, shown = self.worker, schema.dumps, self._shown
+        # A generator, not a list: each row's JSON is made just before SQLite inserts it, and SQLite lets
+        # go of the GIL while it does, so the event loop is never shut out for a whole batch's encoding.
+        rows = ((r[0], r[1], worker, r[2], r[3], r[4], r[5], r[6], r[7], dumps(shown(r[2], r[7], r[8]))) for r in batch)
+        with self._conn:
+            self._conn.executemany(schema.INSERT_EVENT, rows)
+        self.stored += len(batch)
+        self._maintain()
+
+    def _write_state(self, ts: float, state: dict[str, Any]) -> None:
+        assert self._conn is not None
+        with self._conn:
+            self._conn.execute(schema.INSERT_STATE, (ts, self.worker, schema.dumps(state)))
+            self._write_config()  # updated_at says the worker is alive
+
+    def _maintain(self) -> None:
+        """Rotation when the file is old enough, then retention."""
+        if self.config.db_dir and time.monotonic() - self._opened_at >= self.config.rotation_interval_minutes * 60:
+            self._close(keep_link=True)
+            self._open()
+        self._retain()
+
+    def _retain(self) -> None:
+        assert self._conn is not None
+        cfg = self.config
+        if not cfg.db_dir:
+            _trim(self._conn, self._conn.execute("SELECT count(*) FROM events").fetchone()[0] - cfg.retention_max_events)
+            return
+        files = recorder_files(cfg.db_dir, self.worker)  # oldest first; the current one is last
+        cutoff = time.time() - cfg.retention_hours * 3600
+        for path in files[:-1]:
+            if str(path) != self.db_path and path.stat().st_mtime < cutoff:
+                _unlink_db(path)
+        files = recorder_files(cfg.db_dir, self.worker)
+        counts = [(p, self._count(p)) for p in files]
+        excess = sum(n for _, n in counts) - cfg.retention_max_events
+        for path, count in counts:
+            if excess <= 0:
+                break
+            if count <= excess and str(path) != self.db_path:
+                _unlink_db(path)
+            elif str(path) == self.db_path:
+                _trim(self._conn, excess)
+            else:
+                with contextlib.closing(sqlite3.connect(str(path))) as conn:
+                    _trim(conn, excess)
+            excess -= min(count, excess)
+
+    def _count(self, path: Path) -> int:
+        if str(path) == self.db_path and self._conn is not None:
+            return self._conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            try:
+                return conn.execute("SELECT count(*) FROM events").fetchone()[0]
+            except sqlite3.DatabaseError:
+                return 0
+
+    def _close(self, keep_link: bool = False) -> None:
+        if self._conn is None or not self.config.db_dir:
+            return  # the memory database lives as long as the recorder: the API still reads it
+        self._conn.close()
+        self._conn = None
+        if not keep_link:
+            with contextlib.suppress(FileNotFoundError):
+                (Path(self.config.db_dir) / f"{file_prefix(self.worker)}live.db").unlink()
+
+    # --- what the overview shows about the recorder ----------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        return {"events": self._next_id - 1, "stored": self.stored, "buffered": len(self._buffer),
+                "dropped": self.dropped, "db_path": self.db_path}
+
+
+def file_prefix(worker: str) -> str:
+    return f"knarr-recorder-{re.sub(r'[^A-Za-z0-9_.-]', '_', worker)}-"
+
+
+def _trim(conn: sqlite3.Connection, excess: int) -> None:
+    """Delete the ``excess`` oldest events of one database."""
+    if excess <= 0:
+        return
+    with conn:
+        conn.execute("DELETE FROM events WHERE id IN (SELECT id FROM events ORDER BY id LIMIT ?)", (excess,))
+
+
+def _unlink_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            Path(f"{path}{suffix}").unlink()
+
+
+def _read_files(paths: list[str], query: Callable[..., Any], args: tuple) -> Any:
+    with contextlib.closing(merged_connection(paths)) as conn:
+        return query(conn, *args)

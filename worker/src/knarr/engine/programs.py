@@ -1,0 +1,316 @@
+"""One persistent program: its process, pipes and pidfd, and the frames it exchanges (docs/task-protocol.md).
+
+A program runs one task at a time. Its stdout, stderr and pidfd are registered with the event
+loop once, when it starts, not per task: a task costs one write and, usually, one read. What
+goes wrong — a deadline passed, an exit mid-task, bytes that are no frame — kills its process
+group and fails the waiting task with a ``ProgramFailure`` naming the reason; the pool
+(persistent.py) decides what happens next.
+
+A program runs in a session of its own with the worker's task environment (the
+``env_inherit`` allow-list, ``executor.env`` and ``KNARR_TASK_TAG``, which the guard of
+containment.py scans for), so the subreaper, the cgroup and the guard cover it. It also
+starts through a short trampoline that sets ``PR_SET_PDEATHSIG`` (SIGKILL) before exec'ing
+it: a per-task cost spawn mode cannot afford (containment.py) is nothing once per program.
+The parent-death signal follows the thread that spawned the program, so programs are spawned
+from a thread of the loop's default executor (off the event loop, and alive until the loop
+closes), never from a short-lived one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Mapping
+
+from knarr.engine import processes
+from knarr.engine.frames import Decoder, Frame, FrameError
+from knarr.observability import metrics
+
+STDERR_TAIL_BYTES = 4096  # a program's own stderr (outside frames): the last of it, for crash messages
+_READ_BYTES = 1 << 16
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+# Runs in `python -I -S -c`: the parent-death signal, then exec the program (same pid).
+_TRAMPOLINE = r"""
+import ctypes, os, sys
+ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG = 1, SIGKILL = 9
+if os.getppid() != int(sys.argv[1]):
+    os._exit(70)  # the worker was gone before the signal was armed
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as exc:
+    os.write(2, f"cannot exec {sys.argv[2]!r}: {exc.strerror}\n".encode())
+    os._exit(127)
+"""
+
+
+class ProgramFailure(Exception):
+    """Why a program could not answer: ``reason`` is timeout, crash, protocol or launch."""
+
+    def __init__(self, reason: str, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.exit_code = exit_code
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident memory of one process, from /proc/<pid>/statm; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _spawn(command: tuple[str, ...], env: dict[str, str]) -> tuple[int, int, int, int]:
+    """Start the program through the trampoline, in a session of its own: (pid, stdin, stdout, stderr).
+
+    Runs in a thread of the loop's default executor: those live until the loop closes, and the
+    parent-death signal follows the thread that spawned (a thread that exits would kill the program).
+    """
+    fds: list[int] = []
+    try:
+        in_r, stdin = os.pipe2(os.O_CLOEXEC)
+        fds += [in_r, stdin]
+        stdout, out_w = os.pipe2(os.O_CLOEXEC)
+        fds += [stdout, out_w]
+        stderr, err_w = os.pipe2(os.O_CLOEXEC)
+        fds += [stderr, err_w]
+        argv = [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), *command]
+        actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+        pid = os.posix_spawn(sys.executable, argv, env, file_actions=actions, setsid=True)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    processes._leaders.add(pid)  # containment's reaper leaves it to us
+    for fd in (in_r, out_w, err_w):
+        os.close(fd)
+    for fd in (stdin, stdout, stderr):
+        os.set_blocking(fd, False)
+    return pid, stdin, stdout, stderr
+
+
+def _discard(pipes: tuple[int, int, int, int]) -> None:
+    """Kill and reap a program that was spawned but will never be used."""
+    pid = pipes[0]
+    processes._kill_group(pid)
+    os.waitpid(pid, 0)
+    processes._leaders.discard(pid)
+    for fd in pipes[1:]:
+        os.close(fd)
+
+
+class Program:
+    """One running program: its pipes and pidfd, the frame decoder, and the task it is answering."""
+
+    def __init__(self, command: tuple[str, ...], pipes: tuple[int, int, int, int], keep: int) -> None:
+        self.command = command
+        self.pid, self.stdin, self.stdout, self.stderr = pipes
+        self.loop = asyncio.get_running_loop()
+        self.decoder = Decoder(keep)
+        self.waiter: asyncio.Future[Frame] | None = None
+        self.exited: asyncio.Future[int] = self.loop.create_future()
+        self.tail = bytearray()
+        self.tasks = 0
+        self.idle_since = 0.0
+        self.gone: str | None = None  # why it takes no more tasks (set once, with the kill or retirement)
+        self._pending: memoryview | None = None
+        self._kill_timer: asyncio.TimerHandle | None = None
+        self.pidfd = os.pidfd_open(self.pid)
+        self.loop.add_reader(self.stdout, self._on_stdout)
+        self.loop.add_reader(self.stderr, self._on_stderr)
+        self.loop.add_reader(self.pidfd, self._on_exit)
+        metrics.persistent_programs.inc()
+        metrics.persistent_starts.inc()
+
+    @classmethod
+    async def start(cls, command: tuple[str, ...], env: Mapping[str, str], keep: int) -> Program:
+        """Spawn the program (off the event loop) and watch its pipes; it has not said hello yet."""
+        spawning = asyncio.get_running_loop().run_in_executor(None, _spawn, command, dict(env))
+        try:
+            pipes = await asyncio.shield(spawning)
+        except asyncio.CancelledError:  # the spawn goes on in its thread: undo it once it is done
+            spawning.add_done_callback(lambda done: done.exception() is None and _discard(done.result()))
+            raise
+        try:
+            return cls(command, pipes, keep)
+        except BaseException:
+            _discard(pipes)
+            raise
+
+    # --- asking -------------------------------------------------------------------------------
+    async def ask(self, frame: bytes, timeout: float, what: str) -> Frame:
+        """Send ``frame`` and wait for the program's next one; ProgramFailure if it cannot answer in time."""
+        if self.gone is not None:
+            raise ProgramFailure("crash", f"the program {self.gone} before it could answer")
+        waiter = self.waiter = self.loop.create_future()
+        timer = self.loop.call_later(timeout, self._expire, waiter, timeout, what)
+        try:
+            if frame:
+                self._write(frame)
+            return await waiter
+        finally:
+            timer.cancel()
+
+    def _expire(self, waiter: asyncio.Future, timeout: float, what: str) -> None:
+        if not waiter.done():
+            self.fail("timeout", f"{what} timed out after {timeout:g}s; the program's process group was killed")
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            view = view[os.write(self.stdin, view):]
+        except BlockingIOError:
+            pass
+        except OSError:  # it closed its stdin or died: its exit, seen on the pidfd, fails the task
+            self.kill("closed its stdin")
+            return
+        if view:
+            self._pending = view
+            self.loop.add_writer(self.stdin, self._on_writable)
+
+    def _on_writable(self) -> None:
+        view = self._pending
+        try:
+            view = view[os.write(self.stdin, view):] if view else view
+        except BlockingIOError:
+            return
+        except OSError:
+            view = None
+            self.kill("closed its stdin")
+        if not view:
+            self._pending = None
+            if self.stdin >= 0:
+                self.loop.remove_writer(self.stdin)
+        else:
+            self._pending = view
+
+    # --- what the program says ------------------------------------------------------------------
+    def _on_stdout(self) -> None:
+        try:
+            data = os.read(self.stdout, _READ_BYTES)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.loop.remove_reader(self.stdout)
+            self.kill("closed its stdout")  # the exit, on the pidfd, fails a waiting task as a crash
+            return
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except FrameError as exc:
+            self.fail("protocol", f"the program wrote a malformed frame: {exc}")
+            return
+        for frame in frames:
+            waiter = self.waiter
+            if waiter is None or waiter.done():
+                self.fail("protocol", f"the program wrote a {frame.header['type']!r} frame while no task was waiting")
+                return
+            self.waiter = None
+            waiter.set_result(frame)
+
+    def _on_stderr(self) -> None:
+        try:
+            data = os.read(self.stderr, _READ_BYTES)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.loop.remove_reader(self.stderr)
+            return
+        self.tail += data
+        del self.tail[:-STDERR_TAIL_BYTES]
+
+    def stderr_tail(self) -> str:
+        text = self.tail.decode(errors="replace").strip()
+        return f"; its stderr ends: {text[-1000:]}" if text else ""
+
+    def _on_exit(self) -> None:
+        """The program exited: take what it still wrote, reap it, and fail the task it was running."""
+        for fd, handler in ((self.stdout, self._feed), (self.stderr, None)):
+            for _ in range(64):  # what it wrote just before exiting (a grandchild may keep writing: bounded)
+                try:
+                    data = os.read(fd, _READ_BYTES)
+                except OSError:
+                    break
+                if not data:
+                    break
+                if handler is not None and self.gone is None:
+                    handler(data)
+                elif handler is None:
+                    self.tail += data
+                    del self.tail[:-STDERR_TAIL_BYTES]
+        for fd in (self.stdout, self.stderr, self.pidfd):
+            self.loop.remove_reader(fd)
+        if self._pending is not None:
+            self.loop.remove_writer(self.stdin)
+        processes._kill_group(self.pid)  # its stragglers
+        _, status = os.waitpid(self.pid, 0)
+        processes._leaders.discard(self.pid)
+        code = os.waitstatus_to_exitcode(status)
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
+        for fd in (self.stdin, self.stdout, self.stderr, self.pidfd):
+            if fd >= 0:
+                os.close(fd)
+        self.stdin = -1
+        metrics.persistent_programs.dec()
+        if self.gone is None:
+            self.gone = describe_exit(code)
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            self.waiter = None
+            waiter.set_exception(ProgramFailure(
+                "crash", f"the persistent program {list(self.command)} (pid {self.pid}) {describe_exit(code)} "
+                         f"while running the task{self.stderr_tail()}", code))
+        self.exited.set_result(code)
+
+    # --- ending ----------------------------------------------------------------------------------
+    def fail(self, reason: str, message: str) -> None:
+        """Kill the program; the task waiting for it, if any, fails with ``reason``."""
+        self.kill(message)
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            self.waiter = None
+            waiter.set_exception(ProgramFailure(reason, message))
+
+    def kill(self, why: str) -> None:
+        if self.gone is None:
+            self.gone = why
+        if not self.exited.done():
+            processes._kill_group(self.pid)
+
+    def retire(self, why: str, grace: float) -> None:
+        """Ask it to stop (its stdin closes: end of tasks), and kill its group if it is still there after ``grace``."""
+        if self.gone is None:
+            self.gone = why
+        if self.exited.done():
+            return
+        if self._pending is not None:
+            self.loop.remove_writer(self.stdin)
+            self._pending = None
+        if self.stdin >= 0:
+            os.close(self.stdin)
+            self.stdin = -1
+        if grace <= 0:
+            processes._kill_group(self.pid)
+        elif self._kill_timer is None:
+            self._kill_timer = self.loop.call_later(grace, processes._kill_group, self.pid)
