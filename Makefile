@@ -108,6 +108,15 @@ bench-backfill: setup
 	hack/kafka/kafka.sh up
 	$(UV) run python bench/backfill.py $(BENCH_ARGS)
 
+.PHONY: bench-compare
+
+# knarr vs Drakkar 2.4.0 (py-drakkar in its own venv under ~/.cache/knarr): W1 echo and W2 grep fan-out, defaults and
+# same limits, then knarr's persistent mode on W1; one markdown table (BENCH_ARGS: --messages N --rows ... --engines ...)
+bench-compare: setup
+	hack/kafka/kafka.sh up
+	@drakkar_python=$$(bench/compare/drakkar_venv.sh) && \
+	$(UV) run python bench/compare/race.py --drakkar-python "$$drakkar_python" $(BENCH_ARGS)
+
 # --- operator (operator/README.md) --------------------------------------------
 .PHONY: crds docs images kind-up kind-down
 
