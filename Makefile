@@ -83,10 +83,16 @@ bench-fairness: setup
 
 .PHONY: bench
 
-# Engine throughput vs the raw spawn rate of /bin/true, worker CPU per task, and a profile of the hot path (local Kafka)
+# Engine throughput vs the C spawn floor, worker CPU per task, event-loop lag p99, persistent mode, and a profile of the hot path (local Kafka)
 bench: setup
 	hack/kafka/kafka.sh up
 	$(UV) run python bench/engine.py $(BENCH_ARGS)
+
+.PHONY: bench-spawners
+
+# Ways to start task processes off the event loop, side by side: tasks/s, CPU/task, loop lag p99, ratio to C
+bench-spawners: setup
+	$(UV) run python bench/spawners.py $(BENCH_ARGS)
 
 .PHONY: bench-sinks
 

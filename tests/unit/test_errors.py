@@ -23,6 +23,7 @@ INTERNAL = {
     "knarr.engine.frames.FrameError": "bytes that are no frame: the persistent program is replaced and its task fails with reason protocol",
     "knarr.engine.programs.ProgramFailure": "a persistent program that could not answer: its task fails (timeout, crash, protocol, launch) through on_error",
     "knarr.dlq.records.UnreadableRecord": "a DLQ entry that is no record: knarr dlq counts it as unreadable and goes on",
+    "knarr.engine.spawner.SpawnerFailed": "the spawner thread failed on a task: run_process turns it into that task's launch error",
 }
 
 

@@ -51,6 +51,13 @@ class CapturedStream:
         self.truncated = False
         self._seen = 0
 
+    @classmethod
+    def adopt(cls, fd: int, cap: int) -> CapturedStream:
+        """A stream over a memfd made elsewhere (the spawner makes them without releasing the GIL)."""
+        stream = cls.__new__(cls)
+        stream.fd, stream.cap, stream.truncated, stream._seen = fd, cap, False, 0
+        return stream
+
     def limit(self) -> int:
         """Cut the file back to the cap if the child wrote past it; returns how much it grew since the last call."""
         size = os.fstat(self.fd).st_size

@@ -7,6 +7,8 @@ exit so background stragglers cannot outlive their task.
 Spawning is the hot path of a CPU-heavy pipeline, so this does not go through asyncio's
 subprocess transports (about 300 µs of worker CPU per process): ``posix_spawnp`` (vfork
 under the hood, no page-table copy) and a pidfd that becomes readable when the child exits.
+The spawn runs on the spawner thread (spawner.py), never on the event loop, which only
+awaits its result and then waits for the pidfd.
 
 The child's stdout and stderr are memfds (anonymous in-memory files), not pipes. Nobody has
 to drain them while the task runs, so the pidfd is the only thing registered with the event
@@ -38,13 +40,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from knarr.engine import containment
-from knarr.engine.capture import FIRST_CHECK_SECONDS, CapturedStream, next_check_delay
+from knarr.engine.capture import FIRST_CHECK_SECONDS, next_check_delay
+from knarr.engine.spawner import SpawnerFailed, leaders, listing, spawner
 
-_STDIN_DEVNULL = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
-
-# Task processes started and not yet reaped by their runner (detached orphans are not here).
-_leaders: set[int] = set()
 
 
 @dataclass(slots=True)
@@ -85,25 +84,6 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _spawn(argv: list[str], stdin: str | None, env: dict[str, str] | None, out: int, err: int) -> int:
-    inp = -1
-    try:
-        if stdin is None:
-            first = _STDIN_DEVNULL
-        else:
-            inp = os.memfd_create("knarr-stdin", os.MFD_CLOEXEC)
-            data = memoryview(stdin.encode())
-            while data:
-                data = data[os.write(inp, data):]
-            os.lseek(inp, 0, os.SEEK_SET)
-            first = (os.POSIX_SPAWN_DUP2, inp, 0)
-        actions = (first, (os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2))
-        return os.posix_spawnp(argv[0], argv, os.environ if env is None else env, file_actions=actions, setsid=True)
-    finally:
-        if inp >= 0:
-            os.close(inp)  # the child has its own descriptor for it
 
 
 def _shown(value: str, limit: int = 60) -> str:
@@ -176,26 +156,16 @@ async def run_process(
 ) -> ProcessOutcome:
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    streams: list[CapturedStream] = []
     try:
-        try:
-            streams.append(CapturedStream("knarr-stdout", max_output_bytes))
-            streams.append(CapturedStream("knarr-stderr", max_output_bytes))
-            out, err = streams
-            pid = _spawn(argv, stdin, env, out.fd, err.fd)
-        except OSError as exc:
-            return _launch_failure(argv, _spawn_error(exc), started)
-        except (ValueError, TypeError) as exc:  # exec refused the arguments themselves (e.g. a NUL byte)
-            return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
-        _leaders.add(pid)
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError as exc:
-            _kill_group(pid)
-            os.waitpid(pid, 0)
-            _leaders.discard(pid)
-            return _launch_failure(argv, exc.strerror or str(exc), started)
-
+        spawned = await spawner().spawn(argv, stdin, env, max_output_bytes)
+    except OSError as exc:
+        return _launch_failure(argv, _spawn_error(exc), started)
+    except (ValueError, TypeError) as exc:  # exec refused the arguments themselves (e.g. a NUL byte)
+        return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
+    except SpawnerFailed as exc:
+        return _launch_failure(argv, str(exc), started)
+    pid, pidfd, out, err = spawned.pid, spawned.pidfd, spawned.out, spawned.err
+    try:
         exited: asyncio.Future[None] = loop.create_future()
         timed_out = False
 
@@ -235,9 +205,13 @@ async def run_process(
             os.close(pidfd)
             _kill_group(pid)
             _, status = os.waitpid(pid, 0)
-            _leaders.discard(pid)
-            if containment.active() is not None:
-                containment.reap_detached(_leaders)
+            leaders.discard(pid)
+            # Not while a spawn is under way (its child may exist, unlisted): the next task's end sweeps.
+            if containment.active() is not None and listing.acquire(blocking=False):
+                try:
+                    containment.reap_detached(leaders)
+                finally:
+                    listing.release()
         duration = round(time.monotonic() - started, 3)
         stdout = out.read()
         if timed_out:
@@ -246,5 +220,5 @@ async def run_process(
         return ProcessOutcome(os.waitstatus_to_exitcode(status), stdout, err.read(), pid, duration,
                               stdout_truncated=out.truncated, stderr_truncated=err.truncated)
     finally:
-        for stream in streams:
-            stream.close()
+        out.close()
+        err.close()

@@ -25,6 +25,7 @@ import sys
 from collections.abc import Mapping
 
 from knarr.engine import processes
+from knarr.engine.spawner import leaders, listing
 from knarr.engine.frames import Decoder, Frame, FrameError
 from knarr.observability import metrics
 
@@ -90,12 +91,13 @@ def _spawn(command: tuple[str, ...], env: dict[str, str]) -> tuple[int, int, int
         fds += [stderr, err_w]
         argv = [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), *command]
         actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
-        pid = os.posix_spawn(sys.executable, argv, env, file_actions=actions, setsid=True)
+        with listing:  # listed before containment's reaper can see it: the reaper leaves it to us
+            pid = os.posix_spawn(sys.executable, argv, env, file_actions=actions, setsid=True)
+            leaders.add(pid)
     except BaseException:
         for fd in fds:
             os.close(fd)
         raise
-    processes._leaders.add(pid)  # containment's reaper leaves it to us
     for fd in (in_r, out_w, err_w):
         os.close(fd)
     for fd in (stdin, stdout, stderr):
@@ -108,7 +110,7 @@ def _discard(pipes: tuple[int, int, int, int]) -> None:
     pid = pipes[0]
     processes._kill_group(pid)
     os.waitpid(pid, 0)
-    processes._leaders.discard(pid)
+    leaders.discard(pid)
     for fd in pipes[1:]:
         os.close(fd)
 
@@ -264,7 +266,7 @@ class Program:
             self.loop.remove_writer(self.stdin)
         processes._kill_group(self.pid)  # its stragglers
         _, status = os.waitpid(self.pid, 0)
-        processes._leaders.discard(self.pid)
+        leaders.discard(self.pid)
         code = os.waitstatus_to_exitcode(status)
         if self._kill_timer is not None:
             self._kill_timer.cancel()

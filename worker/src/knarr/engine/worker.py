@@ -33,6 +33,7 @@ from knarr.kafka import settings
 from knarr.observability import metrics
 from knarr.observability.health import HealthServer
 from knarr.observability.logging import configure_logging, get_logger
+from knarr.observability.loop_lag import LoopLagProbe
 from knarr.observability.ratelimit import Deduplicator
 from knarr.observability.termination import describe_error, record_exit
 from knarr.sinks import build_sinks
@@ -72,6 +73,7 @@ class Worker:
         self.sinks: SinkManager | None = None
         self.cache: HandlerCache | None = None
         self.stats = RunStats()
+        self.loop_lag = LoopLagProbe()
         # Set by the CLI (a process of its own): a shutdown that overruns its deadline (a client stuck
         # on an unreachable broker) ends the process instead of hanging until Kubernetes kills it.
         self.hard_deadline = False
@@ -125,6 +127,7 @@ class Worker:
             await self.sinks.connect_all()
             await self.handler.on_ready(*ready_arguments(self.handler.on_ready, cfg, self._postgres_pool()))
             self._start_periodic()
+            self._spawn(self.loop_lag.run())
             self._install_signals()
             await self.source.start(self._assign, self._revoke)
         except Exception:

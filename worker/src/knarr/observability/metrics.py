@@ -6,6 +6,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, Info
 
+_LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 worker_info = Info("knarr_worker", "Worker identity")
@@ -53,6 +54,7 @@ dlq_stalls = Counter("knarr_dlq_stalls_total", "Times a partition stalled becaus
 parse_errors = Counter("knarr_parse_errors_total", "Messages that did not parse, by what on_parse_error did", ["policy"])
 stalls = Counter("knarr_stalls_total", "Times a partition stalled because a hook failed on every message", ["hook"])
 partition_stalled = Gauge("knarr_partition_stalled", "1 while the partition is stalled by a failing hook", ["partition"])
+event_loop_lag = Histogram("knarr_event_loop_lag_seconds", "How much later than due the event loop ran a periodic probe (time it was blocked)", buckets=_LAG_BUCKETS)
 cache_hits = Counter("knarr_cache_hits_total", "Handler cache reads answered, by the tier that had the entry", ["tier"])  # memory|sqlite|shared
 cache_misses = Counter("knarr_cache_misses_total", "Handler cache reads no tier could answer, by call (peek: memory only)", ["call"])  # peek|get
 cache_evictions = Counter("knarr_cache_evictions_total", "Entries dropped from the cache's memory to stay within cache.max_entries (SQLite keeps them)")
