@@ -9,6 +9,8 @@ one /bin/echo task per message, one Kafka output per message, default settings:
   - the event loop's lag p99 under that full load (the worker's own probe, every 10 ms)
                                                                              target <= 5 ms
   - persistent mode on the same workload (bench/persistent.py), when that bench is present
+  - the flight recorder's cost: throughput with debug off and on, alternating (bench/recorder.py)
+                                                                             target <= 5 %
 
 Then the details:
 
@@ -52,7 +54,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # for tests.services.kafka (broker start and topic helpers)
-sys.path.insert(0, str(REPO_ROOT / "bench"))  # for persistent.py, persistent mode's row
+sys.path.insert(0, str(REPO_ROOT / "bench"))  # for persistent.py and recorder.py, the rows of the other modes
 
 import knarr  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
@@ -388,6 +390,8 @@ async def main() -> int:
     parser.add_argument("--skip-unpaused", action="store_true",
                         help="skip the diagnostic run of (b) with the backpressure pause out of reach")
     parser.add_argument("--skip-persistent", action="store_true", help="skip persistent mode's row")
+    parser.add_argument("--recorder-messages", type=int, default=10_000,
+                        help="messages per run of the flight recorder's off/on comparison (0: skip it)")
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
     args = parser.parse_args()
 
@@ -420,6 +424,13 @@ async def main() -> int:
         print("    persistent mode, same workload ...", file=sys.stderr)
         kept = await persistent_row(bootstrap, args.messages, args.max_executors)
     report(args, spawns, a_ref, floor, b, b_unpaused, kept, args.messages)
+
+    if args.recorder_messages:
+        print("flight recorder off and on, alternating (bench/recorder.py) ...", file=sys.stderr)
+        from recorder import measure_recorder_overhead  # bench/recorder.py, runnable alone too
+
+        overhead = await measure_recorder_overhead(bootstrap, args.recorder_messages, max_executors=args.max_executors)
+        print("\n" + overhead.report())
 
     if args.profile_messages:
         print("profiling ...", file=sys.stderr)

@@ -43,7 +43,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 SEED = 20240611
 CYCLES = 20
 MIN_PER_CYCLE = 250  # produced before each start, at least ...
-BACKLOG = 2_000  # ... and enough to leave this many uncommitted: more than one worker gets through before its kill
+# ... and enough to leave this many uncommitted: more than one worker gets through before its kill
+# (a persistent program runs tiny tasks several times faster than spawning them, so it gets more).
+BACKLOG = {"spawn": 2_000, "persistent": 12_000}
 KILL_DELAY_S = (0.3, 1.5)  # after the worker reports its partitions assigned
 FANOUT_EVERY = 10  # every 10th request fans out to 3 tasks
 PARTITIONS = 3
@@ -96,7 +98,7 @@ def crash_run(request: pytest.FixtureRequest, kafka_bootstrap: str, tmp_path_fac
         return len(run.inputs) - sum(committed_offsets(kafka_bootstrap, spec.group, topic).values())
 
     def top_up() -> None:
-        records = _requests(len(run.inputs), max(MIN_PER_CYCLE, BACKLOG - uncommitted()))
+        records = _requests(len(run.inputs), max(MIN_PER_CYCLE, BACKLOG[request.param] - uncommitted()))
         placed = produce_json(kafka_bootstrap, topic, records, key_fn=lambda r: r["request_id"])
         run.inputs.update(zip(placed, records))
 
