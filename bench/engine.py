@@ -211,6 +211,7 @@ class TimedSource:
         self.first_broker = self.done_broker = None
         self.first_lag = self.done_lag = 0
         self.worker: Worker | None = None
+        self.events = 0  # what the flight recorder took, when it is on
 
     async def start(self, on_assign, on_revoke) -> None:
         await self.inner.start(on_assign, on_revoke)
@@ -236,6 +237,8 @@ class TimedSource:
             self.done_broker = broker_cpu_seconds()
             self.done_lag = self._lag_count()
             if self.worker is not None:
+                if self.worker.recorder is not None:
+                    self.events = self.worker.recorder.describe()["events"]
                 self.worker.stop()
 
     def _lag_count(self) -> int:
@@ -251,6 +254,14 @@ class TimedSource:
 
     def lag(self):
         return self.inner.lag()
+
+    @property
+    def high_watermarks(self) -> dict[int, int]:  # the debug server's overview reads these
+        return getattr(self.inner, "high_watermarks", {})
+
+    @property
+    def committed_offsets(self) -> dict[int, int]:
+        return dict(self.committed)
 
     @property
     def finished(self) -> bool:

@@ -1,7 +1,7 @@
 """The flight recorder's cost: the same engine workload with debug off and on, in one run.
 
 Workload (the local Kafka broker, started or reused): a pre-filled topic of 4 partitions, one
-/bin/true task per message, one Kafka output per message, offsets committed. Each run gets a
+/bin/echo task per message (make bench's workload), one Kafka output per message, offsets committed. Each run gets a
 topic of its own with the same messages; runs alternate off, on, off, on ... so drift on a
 busy machine hits both sides alike, and the best run of each side is compared.
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -29,85 +28,16 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # for tests.services.kafka (broker start and topic helpers)
 
-import knarr  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
 from knarr.sources.kafka import KafkaSource  # noqa: E402
 
-from tests.services.kafka import create_topic, end_offsets, ensure_kafka, produce_json, unique_name  # noqa: E402
+from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
 
-PARTITIONS = 4
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+from engine import BINARY, TimedSource, TrueHandler, cpu_self, prefill  # noqa: E402  (make bench's workload and clock)
+
 TARGET_COST_PERCENT = 5.0
-
-
-class TrueHandler(knarr.BaseHandler[None, None]):
-    """One /bin/true per message; one small Kafka output per message."""
-
-    async def arrange(self, messages, pending):
-        return [knarr.ExecutorTask(source_offsets=[m.offset], metadata={"p": m.partition, "o": m.offset})
-                for m in messages]
-
-    async def on_task_complete(self, result):
-        return knarr.CollectResult(kafka=[knarr.KafkaPayload(data=result.task.metadata)])
-
-
-class ClockedSource:
-    """The Kafka source with a clock: first consumed batch -> every end offset committed (then stop)."""
-
-    def __init__(self, inner: KafkaSource, ends: dict[int, int]) -> None:
-        self.inner, self.topic, self.ends = inner, inner.topic, ends
-        self.committed: dict[int, int] = {}
-        self.started: tuple[float, float] | None = None
-        self.done: tuple[float, float] | None = None
-        self.worker: Worker | None = None
-        self.events = 0  # what the recorder took, when on
-
-    async def start(self, on_assign, on_revoke) -> None:
-        await self.inner.start(on_assign, on_revoke)
-
-    async def poll(self, max_records, commits):
-        messages, done = await self.inner.poll(max_records, commits)
-        if messages and self.started is None:
-            self.started = (time.perf_counter(), _cpu())
-        self._committed(done)
-        return messages, done
-
-    async def commit_now(self, commits):
-        done = await self.inner.commit_now(commits)
-        self._committed(done)
-        return done
-
-    def _committed(self, done: dict[int, int]) -> None:
-        self.committed.update(done)
-        if self.done is None and all(self.committed.get(p, 0) >= end for p, end in self.ends.items()):
-            self.done = (time.perf_counter(), _cpu())
-            if self.worker is not None:
-                if self.worker.recorder is not None:
-                    self.events = self.worker.recorder.describe()["events"]
-                self.worker.stop()
-
-    def set_paused(self, partitions) -> None:
-        self.inner.set_paused(partitions)
-
-    @property
-    def high_watermarks(self) -> dict[int, int]:
-        return getattr(self.inner, "high_watermarks", {})
-
-    @property
-    def committed_offsets(self) -> dict[int, int]:
-        return dict(self.committed)
-
-    @property
-    def finished(self) -> bool:
-        return False
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 @dataclass
@@ -150,7 +80,7 @@ class RecorderOverhead:
     def report(self) -> str:
         off, on = self.best(False), self.best(True)
         per_task = on.events / on.tasks if on.tasks else 0.0
-        lines = [f"flight recorder overhead ({self.messages} messages, one /bin/true task each, best of "
+        lines = [f"flight recorder overhead ({self.messages} messages, one {BINARY} task each, best of "
                  f"{len(self.runs) // 2} run(s) per side)"]
         for run in self.runs:
             lines.append(f"    recorder {'on ' if run.recorder else 'off'}: {run.rate:8.0f} tasks/s, "
@@ -179,23 +109,16 @@ def event_costs(count: int = 50_000) -> tuple[float, float]:
         recorder = FlightRecorder(DebugConfig(enabled=True, db_dir=db_dir, max_buffer=count + 1), "bench")
         recorder._open()
         data = {"exit_code": 0, "args": ["out=x"], "attempt": 1, "pid": 1234, "stdout": "", "stderr": ""}
-        started = _cpu()
+        started = cpu_self()
         for i in range(count):
             recorder.record("task_finished", 0, None, f"task-{i}", None, 1.0, data)
-        record_us = (_cpu() - started) / count * 1e6
+        record_us = (cpu_self() - started) / count * 1e6
         batch, recorder._buffer = recorder._buffer, type(recorder._buffer)()
-        started = _cpu()
+        started = cpu_self()
         recorder._write(batch)
-        write_us = (_cpu() - started) / count * 1e6
+        write_us = (cpu_self() - started) / count * 1e6
         recorder._close()
     return record_us, write_us
-
-
-def _prefill(bootstrap: str, count: int) -> tuple[str, dict[int, int]]:
-    topic = unique_name("bench-recorder")
-    create_topic(bootstrap, topic, PARTITIONS)
-    produce_json(bootstrap, topic, ({"i": i} for i in range(count)), key_fn=lambda r: str(r["i"]))
-    return topic, end_offsets(bootstrap, topic)
 
 
 async def _run(bootstrap: str, topic: str, ends: dict[int, int], max_executors: int, recorder: bool,
@@ -205,19 +128,19 @@ async def _run(bootstrap: str, topic: str, ends: dict[int, int], max_executors: 
     config = config_from_dict({
         "kafka": {"brokers": bootstrap, "source_topic": topic, "consumer_group": unique_name("bench-recorder-g"),
                   "session_timeout_ms": 6000, "heartbeat_interval_ms": 500},
-        "executor": {"binary_path": "/bin/true", "max_executors": max_executors, "task_timeout_seconds": 30},
+        "executor": {"binary_path": BINARY, "max_executors": max_executors, "task_timeout_seconds": 30},
         "sinks": {"kafka": {"out": {"topic": output}}},
         "metrics": {"enabled": False},
         "logging": {"level": "WARNING", "format": "json"},
         "debug": {"enabled": recorder, "port": 0, "db_dir": db_dir},
     })
-    source = ClockedSource(KafkaSource(config.kafka, config.executor, client_id="bench-recorder"), ends)
+    source = TimedSource(KafkaSource(config.kafka, config.executor, client_id="bench-recorder"), ends)
     worker = Worker(config, TrueHandler(), source=source)
     source.worker = worker
     code = await asyncio.wait_for(worker.run(), 900)
-    if code != 0 or source.started is None or source.done is None:
+    if code != 0 or source.first_at is None or source.done_at is None:
         raise RuntimeError(f"run did not finish cleanly (exit {code}); committed {source.committed}, ends {ends}")
-    return Run(recorder, worker.stats.tasks, source.done[0] - source.started[0], source.done[1] - source.started[1],
+    return Run(recorder, worker.stats.tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
                source.events)
 
 
@@ -228,7 +151,7 @@ async def measure_recorder_overhead(bootstrap: str | None = None, messages: int 
     max_executors = max_executors or 2 * (os.cpu_count() or 1)
     say = log or (lambda text: print(text, file=sys.stderr))
     say("recorder overhead: pre-filling topics ...")
-    filled = [_prefill(bootstrap, messages) for _ in range(2 * rounds)]
+    filled = [prefill(bootstrap, messages) for _ in range(2 * rounds)]
     result = RecorderOverhead(messages)
     with tempfile.TemporaryDirectory(prefix="knarr-bench-recorder-") as db_dir:
         for i, (topic, ends) in enumerate(filled):
