@@ -75,11 +75,11 @@ def test_a_shared_debug_volume_is_mounted_at_the_recorders_directory_in_place_of
     check_debug_volume(operator, render_worker_config(worker_spec))
     pod = worker(render(sample_spec))
 
-    debug_volumes = [v for v in pod["volumes"] if v["name"] == "debug-db"]
-    assert debug_volumes == [{"name": "debug-db", "persistentVolumeClaim": {"claimName": "recorder-rwx"}}]
+    debug_volumes = [v for v in pod["volumes"] if v["name"].startswith("debug-")]
+    assert debug_volumes == [{"name": "debug-shared", "persistentVolumeClaim": {"claimName": "recorder-rwx"}}]
     (container,) = pod["containers"]
-    assert [m for m in container["volumeMounts"] if m["name"] == "debug-db"] == [
-        {"name": "debug-db", "mountPath": "/var/lib/knarr-debug"}]
+    assert [m for m in container["volumeMounts"] if m["name"].startswith("debug-")] == [
+        {"name": "debug-shared", "mountPath": "/var/lib/knarr-debug"}]
     # Each pod records under its own name (the pod's), so no two write files of the same name there.
     assert {"name": "WORKER_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
 
@@ -89,9 +89,9 @@ def test_a_shared_debug_volume_under_tmp_is_mounted_there_beside_the_pods_scratc
     sample_spec["debugVolume"] = {"claimName": "recorder-rwx"}
     pod = worker(render(sample_spec))
 
-    assert {"name": "debug-db", "persistentVolumeClaim": {"claimName": "recorder-rwx"}} in pod["volumes"]
+    assert {"name": "debug-shared", "persistentVolumeClaim": {"claimName": "recorder-rwx"}} in pod["volumes"]
     assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
-    assert {"name": "debug-db", "mountPath": "/tmp/recorder"} in pod["containers"][0]["volumeMounts"]
+    assert {"name": "debug-shared", "mountPath": "/tmp/recorder"} in pod["containers"][0]["volumeMounts"]
 
 
 @pytest.mark.parametrize(("debug", "says"), [

@@ -81,7 +81,8 @@ def _sink_data_volumes(config: WorkerConfig) -> tuple[list[dict[str, Any]], list
     return volumes, mounts
 
 
-DEBUG_VOLUME = "debug-db"
+DEBUG_VOLUME = "debug-db"  # each pod's own emptyDir
+SHARED_DEBUG_VOLUME = "debug-shared"  # spec.debugVolume's claim (another name: a volume never changes its type)
 
 
 def _debug_parts(spec: OperatorSpec, config: WorkerConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -98,12 +99,13 @@ def _debug_parts(spec: OperatorSpec, config: WorkerConfig) -> tuple[list[dict[st
         return [], [], []
     ports = [{"name": "debug", "containerPort": debug.port, "protocol": "TCP"}]
     db_dir = debug.db_dir.rstrip("/")
-    mount = [{"name": DEBUG_VOLUME, "mountPath": db_dir}]
     if spec.debug_volume is not None and db_dir:
-        return ports, [{"name": DEBUG_VOLUME, "persistentVolumeClaim": {"claimName": spec.debug_volume.claim_name}}], mount
+        claim = {"claimName": spec.debug_volume.claim_name}
+        return (ports, [{"name": SHARED_DEBUG_VOLUME, "persistentVolumeClaim": claim}],
+                [{"name": SHARED_DEBUG_VOLUME, "mountPath": db_dir}])
     if not db_dir or db_dir == "/tmp" or db_dir.startswith("/tmp/"):
         return ports, [], []
-    return ports, [{"name": DEBUG_VOLUME, "emptyDir": {}}], mount
+    return ports, [{"name": DEBUG_VOLUME, "emptyDir": {}}], [{"name": DEBUG_VOLUME, "mountPath": db_dir}]
 
 
 def deployment(
