@@ -99,6 +99,7 @@ def test_a_shared_debug_volume_under_tmp_is_mounted_there_beside_the_pods_scratc
     ({"enabled": True, "dbDir": ""}, "spec.debug.dbDir is '' (events kept in memory only): set spec.debug.dbDir to a directory"),
     ({"enabled": True}, "spec.debug.dbDir '/tmp', the pod's own scratch directory"),
     ({"enabled": True, "dbDir": "recorder"}, "'recorder' is a relative path: write an absolute one"),
+    ({"enabled": True, "dbDir": "/data/"}, "'/data/', where sinks.filesystem.logs.basePath is mounted already"),
 ])
 def test_a_shared_debug_volume_the_recorder_would_not_write_to_is_refused_saying_what_to_do(sample_spec, debug, says):
     sample_spec["debug"] = debug

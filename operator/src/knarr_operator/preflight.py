@@ -29,7 +29,7 @@ from knarr.kafka import settings
 from knarr.sinks import build_sinks
 
 from knarr_operator.spec import OperatorSpec
-from knarr_operator.worker_config import InvalidConfig, WorkerConfig
+from knarr_operator.worker_config import CONFIG_DIR, InvalidConfig, WorkerConfig
 
 # librdkafka properties naming files or plug-ins: they exist in the worker's pod, not here.
 _POD_FILE_SUFFIXES = (".location", ".keytab", "plugin.library.paths")
@@ -91,3 +91,10 @@ def check_debug_volume(spec: OperatorSpec, config: WorkerConfig) -> None:
         raise InvalidConfig(f"{where} would be mounted at spec.debug.dbDir {debug.db_dir!r}, the pod's own scratch "
                             "directory (or its root): set spec.debug.dbDir to a directory of its own, "
                             "e.g. /var/lib/knarr/debug")
+    taken = {CONFIG_DIR: "the worker's config", **{s.base_path.rstrip("/"): f"sinks.filesystem.{n}.basePath"
+                                                   for n, s in config.validated.sinks.filesystem.items()}}
+    if config.validated.cache.enabled and config.validated.cache.db_dir:
+        taken[config.validated.cache.db_dir.rstrip("/")] = "cache.dbDir"
+    if db_dir in taken:
+        raise InvalidConfig(f"{where} would be mounted at spec.debug.dbDir {debug.db_dir!r}, where {taken[db_dir]} "
+                            "is mounted already: set spec.debug.dbDir to a directory of its own, e.g. /var/lib/knarr/debug")
