@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from knarr_operator.manifests import PipelineRef, render_children
-from knarr_operator.preflight import preflight
+from knarr_operator.preflight import check_debug_volume, preflight
 from knarr_operator.spec import split_spec
 from knarr_operator.worker_config import InvalidConfig, render_worker_config
 
@@ -66,6 +66,56 @@ def test_the_recorders_directory_outside_tmp_gets_a_writable_volume(sample_spec)
 
     assert {"name": "debug-db", "emptyDir": {}} in pod["volumes"]
     assert {"name": "debug-db", "mountPath": "/var/lib/knarr-debug"} in pod["containers"][0]["volumeMounts"]
+
+
+def test_a_shared_debug_volume_is_mounted_at_the_recorders_directory_in_place_of_the_emptydir(sample_spec):
+    sample_spec["debug"] = {"enabled": True, "dbDir": "/var/lib/knarr-debug/"}
+    sample_spec["debugVolume"] = {"claimName": "recorder-rwx"}
+    operator, worker_spec = split_spec(sample_spec)
+    check_debug_volume(operator, render_worker_config(worker_spec))
+    pod = worker(render(sample_spec))
+
+    debug_volumes = [v for v in pod["volumes"] if v["name"].startswith("debug-")]
+    assert debug_volumes == [{"name": "debug-shared", "persistentVolumeClaim": {"claimName": "recorder-rwx"}}]
+    (container,) = pod["containers"]
+    assert [m for m in container["volumeMounts"] if m["name"].startswith("debug-")] == [
+        {"name": "debug-shared", "mountPath": "/var/lib/knarr-debug"}]
+    # Each pod records under its own name (the pod's), so no two write files of the same name there.
+    assert {"name": "WORKER_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
+
+
+def test_a_shared_debug_volume_under_tmp_is_mounted_there_beside_the_pods_scratch_tmp(sample_spec):
+    sample_spec["debug"] = {"enabled": True, "dbDir": "/tmp/recorder"}
+    sample_spec["debugVolume"] = {"claimName": "recorder-rwx"}
+    pod = worker(render(sample_spec))
+
+    assert {"name": "debug-shared", "persistentVolumeClaim": {"claimName": "recorder-rwx"}} in pod["volumes"]
+    assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
+    assert {"name": "debug-shared", "mountPath": "/tmp/recorder"} in pod["containers"][0]["volumeMounts"]
+
+
+@pytest.mark.parametrize(("debug", "says"), [
+    ({"enabled": False, "dbDir": "/var/lib/knarr-debug"}, "spec.debug.enabled is false: set spec.debug.enabled: true, or remove spec.debugVolume"),
+    ({"enabled": True, "dbDir": ""}, "spec.debug.dbDir is '' (events kept in memory only): set spec.debug.dbDir to a directory"),
+    ({"enabled": True}, "spec.debug.dbDir '/tmp', the pod's own scratch directory"),
+    ({"enabled": True, "dbDir": "recorder"}, "'recorder' is a relative path: write an absolute one"),
+    ({"enabled": True, "dbDir": "/data/"}, "'/data/', where sinks.filesystem.logs.basePath is mounted already"),
+])
+def test_a_shared_debug_volume_the_recorder_would_not_write_to_is_refused_saying_what_to_do(sample_spec, debug, says):
+    sample_spec["debug"] = debug
+    sample_spec["debugVolume"] = {"claimName": "recorder-rwx"}
+    operator, worker_spec = split_spec(sample_spec)
+    with pytest.raises(InvalidConfig) as err:
+        check_debug_volume(operator, render_worker_config(worker_spec))
+    assert "spec.debugVolume (claim 'recorder-rwx')" in str(err.value) and says in str(err.value)
+
+
+def test_without_a_debug_volume_nothing_is_checked_and_no_claim_is_mounted(sample_spec):
+    sample_spec["debug"] = {"enabled": False}
+    operator, worker_spec = split_spec(sample_spec)
+    check_debug_volume(operator, render_worker_config(worker_spec))
+    pod = worker(render(sample_spec))
+    assert not [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
 
 
 def test_a_token_written_in_the_pipeline_is_refused_it_would_sit_in_the_configmap(sample_spec):

@@ -56,11 +56,15 @@ class Cluster:
         return resource.create(body=manifest, namespace=manifest["metadata"]["namespace"], field_manager=FIELD_MANAGER).to_dict()
 
     def apply(self, manifest: dict[str, Any]) -> Outcome:
-        """Create ``manifest``, or server-side apply it if the result would differ from what is stored."""
+        """Create ``manifest``, or server-side apply it if the result would differ from what is stored.
+
+        Created by a server-side apply too: the fields are then owned by this apply, so a later apply
+        that leaves one out removes it (a create would own them as an update, and they would stay).
+        """
         meta = manifest["metadata"]
         actual = self.get(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
         if actual is None:
-            self.create(manifest)
+            self._apply(manifest, dry_run=False)
             return "created"
         if not differs(self._apply(manifest, dry_run=True), actual):
             return "unchanged"

@@ -33,7 +33,7 @@ from knarr_operator.manifests import PipelineRef, render_children
 from knarr_operator.manifests.backfill import pod_templates_kept
 from knarr_operator.manifests.meta import PIPELINE_LABEL, RESUME_REPLICAS_ANNOTATION, WORKLOAD_HASH_ANNOTATION, selector
 from knarr_operator.manifests.workload import WORKER, last_ready_config_map, last_ready_name
-from knarr_operator.preflight import preflight
+from knarr_operator.preflight import check_debug_volume, preflight
 from knarr_operator.rollout import RolloutPlan, RolloutState, plan_rollout, rolled_back_message, with_workload, workload, workload_hash
 from knarr_operator.scaling import ReplicaPlan, decide, plan_replicas
 from knarr_operator.settings import OperatorSettings
@@ -119,6 +119,7 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
         spec, worker = split_spec(body["spec"])
         config = render_worker_config(worker, spec.env)
         preflight(config, allow_debug=SETTINGS.allow_debug)
+        check_debug_volume(spec, config)
         _check_keda(spec, config)
     except (SpecError, InvalidConfig, KedaAuthError) as exc:
         _reject(body, patch, status, new_status, str(exc))

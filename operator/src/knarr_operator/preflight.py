@@ -28,7 +28,8 @@ from knarr.errors import KnarrError
 from knarr.kafka import settings
 from knarr.sinks import build_sinks
 
-from knarr_operator.worker_config import InvalidConfig, WorkerConfig
+from knarr_operator.spec import OperatorSpec
+from knarr_operator.worker_config import CONFIG_DIR, InvalidConfig, WorkerConfig
 
 # librdkafka properties naming files or plug-ins: they exist in the worker's pod, not here.
 _POD_FILE_SUFFIXES = (".location", ".keytab", "plugin.library.paths")
@@ -61,3 +62,39 @@ def preflight(config: WorkerConfig, *, allow_debug: bool = True) -> None:
     if problems:
         raise InvalidConfig("the worker would refuse to start with this configuration (keys under spec):\n"
                             + "\n".join(f"  {p}" for p in problems))
+
+
+def check_debug_volume(spec: OperatorSpec, config: WorkerConfig) -> None:
+    """Raise :class:`InvalidConfig` when ``spec.debugVolume`` could not hold the recorder's files.
+
+    The shared volume replaces the directory the recorder writes to, so the recorder must be on,
+    write files (a ``debug.dbDir``), and have a directory of its own there: /tmp is the pod's scratch
+    space, and a mount point must be an absolute path.
+    """
+    if spec.debug_volume is None:
+        return
+    claim = spec.debug_volume.claim_name
+    debug = config.validated.debug
+    db_dir = debug.db_dir.rstrip("/")
+    where = f"spec.debugVolume (claim {claim!r})"
+    if not debug.enabled:
+        raise InvalidConfig(f"{where} holds the flight recorder's files, but spec.debug.enabled is false: "
+                            "set spec.debug.enabled: true, or remove spec.debugVolume")
+    if not debug.db_dir:
+        raise InvalidConfig(f"{where} holds the flight recorder's files, but spec.debug.dbDir is '' (events kept in "
+                            "memory only): set spec.debug.dbDir to a directory, e.g. /var/lib/knarr/debug, "
+                            "or remove spec.debugVolume")
+    if not db_dir.startswith("/"):
+        raise InvalidConfig(f"{where} is mounted at spec.debug.dbDir, but {debug.db_dir!r} is a relative path: "
+                            "write an absolute one, e.g. /var/lib/knarr/debug")
+    if db_dir in ("", "/tmp"):
+        raise InvalidConfig(f"{where} would be mounted at spec.debug.dbDir {debug.db_dir!r}, the pod's own scratch "
+                            "directory (or its root): set spec.debug.dbDir to a directory of its own, "
+                            "e.g. /var/lib/knarr/debug")
+    taken = {CONFIG_DIR: "the worker's config", **{s.base_path.rstrip("/"): f"sinks.filesystem.{n}.basePath"
+                                                   for n, s in config.validated.sinks.filesystem.items()}}
+    if config.validated.cache.enabled and config.validated.cache.db_dir:
+        taken[config.validated.cache.db_dir.rstrip("/")] = "cache.dbDir"
+    if db_dir in taken:
+        raise InvalidConfig(f"{where} would be mounted at spec.debug.dbDir {debug.db_dir!r}, where {taken[db_dir]} "
+                            "is mounted already: set spec.debug.dbDir to a directory of its own, e.g. /var/lib/knarr/debug")

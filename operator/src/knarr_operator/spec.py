@@ -136,6 +136,17 @@ class Rollout(_Part):
     )
 
 
+class DebugVolume(_Part):
+    """A volume the workers share for the flight recorder's files (``debug.dbDir``), so the debug UI's fleet
+    view sees every worker of the Pipeline, not only the one it runs on."""
+
+    claim_name: str = Field(
+        ..., min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="An existing PersistentVolumeClaim in the Pipeline's namespace, ReadWriteMany (every worker "
+                    "mounts it at debug.dbDir, in place of each pod's own emptyDir), writable by uid/gid 10001.",
+    )
+
+
 class OperatorSpec(_Part):
     """The operator-only fields of a Pipeline's spec."""
 
@@ -158,6 +169,12 @@ class OperatorSpec(_Part):
                     "it also retries a spec that was rolled back.",
     )
     rollout: Rollout = Field(default_factory=Rollout)
+    debug_volume: DebugVolume | None = Field(
+        None,
+        description="Mount this PersistentVolumeClaim at debug.dbDir in every worker, so their recorder files meet "
+                    "in one directory and the debug UI's fleet view merges them; needs debug.enabled and a "
+                    "debug.dbDir of its own (not '' nor /tmp). Unset: each worker keeps its files in its own pod.",
+    )
 
 
 # Fields that say how many workers run and what else runs beside them, not what each worker runs:

@@ -81,17 +81,31 @@ def _sink_data_volumes(config: WorkerConfig) -> tuple[list[dict[str, Any]], list
     return volumes, mounts
 
 
-def _debug_parts(config: WorkerConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """With debug on: the debug UI's container port, and a scratch volume for the recorder's files when
-    debug.db_dir is outside /tmp (the root filesystem is read-only). Nothing when it is off."""
+DEBUG_VOLUME = "debug-db"  # each pod's own emptyDir
+SHARED_DEBUG_VOLUME = "debug-shared"  # spec.debugVolume's claim (another name: a volume never changes its type)
+
+
+def _debug_parts(spec: OperatorSpec, config: WorkerConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """With debug on: the debug UI's container port and a volume at debug.db_dir for the recorder's files.
+
+    With ``spec.debugVolume`` the volume is that PersistentVolumeClaim, shared by every worker so the
+    fleet view finds them all (each writes only files named after its pod, see
+    :func:`knarr_operator.preflight.check_debug_volume` for what it needs). Without it, a scratch
+    emptyDir of the pod's own when db_dir is outside /tmp (the root filesystem is read-only).
+    Nothing when debug is off.
+    """
     debug = config.validated.debug
     if not debug.enabled:
         return [], [], []
     ports = [{"name": "debug", "containerPort": debug.port, "protocol": "TCP"}]
     db_dir = debug.db_dir.rstrip("/")
+    if spec.debug_volume is not None and db_dir:
+        claim = {"claimName": spec.debug_volume.claim_name}
+        return (ports, [{"name": SHARED_DEBUG_VOLUME, "persistentVolumeClaim": claim}],
+                [{"name": SHARED_DEBUG_VOLUME, "mountPath": db_dir}])
     if not db_dir or db_dir == "/tmp" or db_dir.startswith("/tmp/"):
         return ports, [], []
-    return ports, [{"name": "debug-db", "emptyDir": {}}], [{"name": "debug-db", "mountPath": db_dir}]
+    return ports, [{"name": DEBUG_VOLUME, "emptyDir": {}}], [{"name": DEBUG_VOLUME, "mountPath": db_dir}]
 
 
 def deployment(
@@ -114,7 +128,7 @@ def deployment(
     port = config.validated.metrics.port
     drain = config.validated.executor.drain_timeout_seconds
     sink_volumes, sink_mounts = _sink_data_volumes(config)
-    debug_ports, debug_volumes, debug_mounts = _debug_parts(config)
+    debug_ports, debug_volumes, debug_mounts = _debug_parts(spec, config)
     container: dict[str, Any] = {
         "name": WORKER,
         "image": spec.image,
