@@ -202,12 +202,9 @@ class Program:
 
     # --- what the program says ------------------------------------------------------------------
     def _on_stdout(self) -> None:
-        try:
-            data = os.read(self.stdout, _READ_BYTES)
-        except BlockingIOError:
+        data = _read_ready(self.stdout)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self.loop.remove_reader(self.stdout)
             self.kill("closed its stdout")  # the exit, on the pidfd, fails a waiting task as a crash
@@ -229,12 +226,9 @@ class Program:
             waiter.set_result(frame)
 
     def _on_stderr(self) -> None:
-        try:
-            data = os.read(self.stderr, _READ_BYTES)
-        except BlockingIOError:
+        data = _read_ready(self.stderr)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self.loop.remove_reader(self.stderr)
             return
@@ -316,3 +310,13 @@ class Program:
             processes._kill_group(self.pid)
         elif self._kill_timer is None:
             self._kill_timer = self.loop.call_later(grace, processes._kill_group, self.pid)
+
+
+def _read_ready(fd: int) -> bytes | None:
+    """What a readable pipe holds: None when nothing after all, b'' at its end (or when it failed)."""
+    try:
+        return os.read(fd, _READ_BYTES)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
