@@ -160,17 +160,26 @@ async def asyncio_spawn_rate(count: int, concurrency: int) -> Figure:
     return Figure(count, time.perf_counter() - started, cpu_self() - cpu)
 
 
-def c_spawn_floor(count: int, concurrency: int) -> Figure | None:
-    """The same spawns from C (bench/spawn_floor.c): what spawning costs a parent in any language."""
+def spawn_floor_c(binary: str, count: int, concurrency: int) -> tuple[float, float] | None:
+    """``binary`` spawned ``count`` times from C (bench/spawn_floor.c), ``concurrency`` at a time: the parent's CPU
+    per spawn in microseconds and spawns per second; None without a C compiler."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "spawn_floor"
         subprocess.run([compiler, "-O2", "-o", str(exe), str(REPO_ROOT / "bench" / "spawn_floor.c")], check=True)
-        out = subprocess.run([str(exe), BINARY, str(count), str(concurrency)], check=True,
+        out = subprocess.run([str(exe), binary, str(count), str(concurrency)], check=True,
                              capture_output=True, text=True).stdout.split()
-    cpu_us, rate = float(out[0]), float(out[1])
+    return float(out[0]), float(out[1])
+
+
+def c_spawn_floor(count: int, concurrency: int) -> Figure | None:
+    """The same spawns from C (bench/spawn_floor.c): what spawning costs a parent in any language."""
+    measured = spawn_floor_c(BINARY, count, concurrency)
+    if measured is None:
+        return None
+    cpu_us, rate = measured
     return Figure(count, count / rate, cpu_us * count / 1e6)
 
 

@@ -28,13 +28,11 @@ import asyncio
 import os
 import pickle
 import resource
-import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -244,14 +242,12 @@ async def helper_process(count: int, concurrency: int) -> Row:
 
 
 def c_floor(count: int, concurrency: int) -> Row | None:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
+    from engine import spawn_floor_c  # bench/engine.py: the same C program make bench runs
+
+    measured = spawn_floor_c(BINARY, count, concurrency)
+    if measured is None:
         return None
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = Path(tmp) / "spawn_floor"
-        subprocess.run([compiler, "-O2", "-o", str(exe), str(REPO_ROOT / "bench" / "spawn_floor.c")], check=True)
-        cpu_us, rate = map(float, subprocess.run([str(exe), BINARY, str(count), str(concurrency)], check=True,
-                                                 capture_output=True, text=True).stdout.split())
+    cpu_us, rate = measured
     return Row("C floor: bench/spawn_floor.c", count, count / rate, cpu_us * count / 1e6)
 
 
