@@ -10,6 +10,7 @@ import pytest
 from knarr.engine.processes import launch_problem, run_process, seal_inherited_fds
 
 from tests.worker.harness import BEHAVE
+from tests.worker.procs import alive_with
 
 
 async def test_stdout_stderr_and_the_exit_code_are_captured():
@@ -60,19 +61,6 @@ async def test_a_file_that_is_not_executable_is_a_launch_error(tmp_path):
     assert "Permission denied" in out.launch_error
 
 
-def _alive_with(marker: str) -> list[int]:
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if marker.encode() in fh.read():
-                    with open(f"/proc/{pid}/stat") as st:
-                        if st.read().split(")")[-1].split()[0] != "Z":
-                            pids.append(int(pid))
-        except OSError:
-            pass
-    return pids
-
 
 def _condemned(pid: int) -> bool:
     """Gone, a zombie, or already sent SIGKILL: it will never run another instruction of its own."""
@@ -91,12 +79,12 @@ async def _assert_nothing_survives(marker: str) -> None:
     """Stragglers are SIGKILLed before run_process returns; the kernel finishes them a moment later."""
     import asyncio
 
-    assert all(_condemned(pid) for pid in _alive_with(marker))
+    assert all(_condemned(pid) for pid in alive_with(marker))
     for _ in range(200):
-        if not _alive_with(marker):
+        if not alive_with(marker):
             return
         await asyncio.sleep(0.01)
-    assert _alive_with(marker) == []
+    assert alive_with(marker) == []
 
 
 async def test_the_deadline_kills_the_whole_process_group():
@@ -120,17 +108,17 @@ async def test_cancelling_the_run_kills_the_process_group():
     marker = f"33.{uuid.uuid4().int % 10**6:06d}"
     task = asyncio.create_task(run_process([BEHAVE, f"sleep={marker}"], stdin=None, env=None, timeout=60))
     for _ in range(100):
-        if _alive_with(marker):
+        if alive_with(marker):
             break
         await asyncio.sleep(0.02)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     for _ in range(100):
-        if not _alive_with(marker):
+        if not alive_with(marker):
             break
         await asyncio.sleep(0.02)
-    assert _alive_with(marker) == []
+    assert alive_with(marker) == []
 
 
 async def test_five_megabytes_of_stdout_are_read_completely():
@@ -194,7 +182,7 @@ async def test_cancelling_the_run_reaps_the_child_before_the_cancellation_return
     marker = f"35.{uuid.uuid4().int % 10**6:06d}"
     task = asyncio.create_task(run_process(["sleep", marker], stdin=None, env=None, timeout=60))
     for _ in range(100):
-        if pids := _alive_with(marker):
+        if pids := alive_with(marker):
             break
         await asyncio.sleep(0.02)
     assert len(pids) == 1
@@ -203,7 +191,7 @@ async def test_cancelling_the_run_reaps_the_child_before_the_cancellation_return
         await task
     with pytest.raises(ChildProcessError):  # already reaped: no zombie waiting for a later callback
         os.waitpid(pids[0], os.WNOHANG)
-    assert _alive_with(marker) == []
+    assert alive_with(marker) == []
 
 
 async def test_no_descriptor_is_left_open_whatever_the_outcome(tmp_path):

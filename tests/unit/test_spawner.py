@@ -12,20 +12,8 @@ from knarr.engine import spawner
 from knarr.engine.processes import run_process
 
 from tests.worker.harness import BEHAVE
+from tests.worker.procs import alive_with
 
-
-def _alive_with(marker: str) -> list[int]:
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if marker.encode() in fh.read():
-                    with open(f"/proc/{pid}/stat") as st:
-                        if st.read().rsplit(")", 1)[1].split()[0] != "Z":
-                            pids.append(int(pid))
-        except OSError:
-            pass
-    return pids
 
 
 async def _until(predicate, timeout: float = 20.0, what: str = "condition"):
@@ -141,7 +129,7 @@ async def test_a_task_cancelled_while_its_process_is_being_started_leaves_nothin
     held.open.set()  # the spawn completes after its task gave up: the spawner kills and reaps it
     await _until(discarded.is_set, what="the abandoned child to be killed and reaped")
     assert not spawner.leaders
-    assert _alive_with(marker) == []
+    assert alive_with(marker) == []
 
 
 async def test_a_task_cancelled_while_queued_is_never_started(gate):
@@ -158,14 +146,14 @@ async def test_a_task_cancelled_while_queued_is_never_started(gate):
     assert (await first).exit_code == 0
     assert (await run_process(["true"], stdin=None, env=None, timeout=10)).exit_code == 0
     assert len(held.threads) == 2  # the first and the last: the cancelled one never reached posix_spawnp
-    assert _alive_with(marker) == []
+    assert alive_with(marker) == []
 
 
 async def test_a_timed_out_task_started_by_the_spawner_still_loses_its_whole_group():
     marker = f"43.{uuid.uuid4().int % 10**6:06d}"
     out = await run_process([BEHAVE, f"spawn={marker}", f"sleep={marker}"], stdin=None, env=None, timeout=0.5)
     assert out.timed_out
-    await _until(lambda: not _alive_with(marker), what="the group to be gone")
+    await _until(lambda: not alive_with(marker), what="the group to be gone")
 
 
 async def test_an_unexpected_error_while_starting_one_task_fails_that_task_only(monkeypatch):

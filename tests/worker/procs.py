@@ -260,6 +260,21 @@ def processes_with(marker: str) -> list[tuple[int, str]]:
     return found
 
 
+def alive_with(marker: str) -> list[int]:
+    """Pids of the processes whose command line contains ``marker`` and that still run (zombies left out)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    with open(f"/proc/{pid}/stat") as st:
+                        if st.read().rsplit(")", 1)[1].split()[0] != "Z":
+                            pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
 def processes_gone(marker: str, timeout: float) -> list[tuple[int, str]]:
     """Wait up to ``timeout`` for every process tagged ``marker`` to exit; return those still there."""
     deadline = time.monotonic() + timeout
