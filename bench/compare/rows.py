@@ -40,9 +40,9 @@ ROWS = {row.name: row for row in (
 class Limits:
     """The in-flight bounds both engines get in the bounded rows (same keys, same meaning in both).
 
-    The pause threshold is max_executors × backpressure_high_multiplier queued messages; 1000 is
-    the most knarr accepts, so with 4 slots W2 (2,000 messages) never pauses and W1 (20,000)
-    pauses at 4,000 queued — in both engines alike.
+    The pause threshold is max_executors × backpressure_high_multiplier queued messages; with 1000
+    and 4 slots W2 (2,000 messages) never pauses and W1 (20,000) pauses at 4,000 queued — in both
+    engines alike (the README's table was measured with these).
     """
 
     max_executors: int = 4
