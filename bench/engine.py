@@ -79,6 +79,21 @@ def cpu_self() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def cpu_librdkafka() -> float:
+    """CPU seconds of this process's librdkafka threads (named rdk:main, rdk:broker..., rdk:queue)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            comm, rest = (task / "stat").read_text().split("(", 1)[1].rsplit(")", 1)
+        except (OSError, ValueError):
+            continue  # the thread ended meanwhile
+        if comm.startswith("rdk:"):
+            fields = rest.split()
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
 def cpu_thread() -> float:
     """CPU seconds of the calling thread only (here: the event loop's)."""
     usage = resource.getrusage(resource.RUSAGE_THREAD)
@@ -91,6 +106,8 @@ class Figure:
     seconds: float
     cpu_seconds: float
     loop_cpu_seconds: float = 0.0  # the event loop thread's share of cpu_seconds
+    kafka_cpu_seconds: float = 0.0  # librdkafka's threads' share of cpu_seconds
+    children_cpu_seconds: float = 0.0  # the spawned processes' CPU (the C floor's children)
     broker_cpu_seconds: float | None = None  # the local broker's CPU over the same interval
     lag_samples: list[float] | None = None  # the event loop's lag, probed every LAG_PROBE_SECONDS
 
@@ -160,9 +177,9 @@ async def asyncio_spawn_rate(count: int, concurrency: int) -> Figure:
     return Figure(count, time.perf_counter() - started, cpu_self() - cpu)
 
 
-def spawn_floor_c(binary: str, count: int, concurrency: int) -> tuple[float, float] | None:
+def spawn_floor_c(binary: str, count: int, concurrency: int) -> tuple[float, float, float] | None:
     """``binary`` spawned ``count`` times from C (bench/spawn_floor.c), ``concurrency`` at a time: the parent's CPU
-    per spawn in microseconds and spawns per second; None without a C compiler."""
+    per spawn in microseconds, spawns per second and the children's CPU per spawn; None without a C compiler."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None
@@ -171,7 +188,7 @@ def spawn_floor_c(binary: str, count: int, concurrency: int) -> tuple[float, flo
         subprocess.run([compiler, "-O2", "-o", str(exe), str(REPO_ROOT / "bench" / "spawn_floor.c")], check=True)
         out = subprocess.run([str(exe), binary, str(count), str(concurrency)], check=True,
                              capture_output=True, text=True).stdout.split()
-    return float(out[0]), float(out[1])
+    return float(out[0]), float(out[1]), float(out[2])
 
 
 def c_spawn_floor(count: int, concurrency: int) -> Figure | None:
@@ -179,8 +196,8 @@ def c_spawn_floor(count: int, concurrency: int) -> Figure | None:
     measured = spawn_floor_c(BINARY, count, concurrency)
     if measured is None:
         return None
-    cpu_us, rate = measured
-    return Figure(count, count / rate, cpu_us * count / 1e6)
+    cpu_us, rate, children_us = measured
+    return Figure(count, count / rate, cpu_us * count / 1e6, children_cpu_seconds=children_us * count / 1e6)
 
 
 def broker_cpu_seconds() -> float | None:
@@ -214,9 +231,9 @@ class TimedSource:
         self.ends = ends
         self.committed: dict[int, int] = {}
         self.first_at: float | None = None
-        self.first_cpu = self.first_loop_cpu = 0.0
+        self.first_cpu = self.first_loop_cpu = self.first_kafka_cpu = 0.0
         self.done_at: float | None = None
-        self.done_cpu = self.done_loop_cpu = 0.0
+        self.done_cpu = self.done_loop_cpu = self.done_kafka_cpu = 0.0
         self.first_broker = self.done_broker = None
         self.first_lag = self.done_lag = 0
         self.worker: Worker | None = None
@@ -229,6 +246,7 @@ class TimedSource:
         messages, done = await self.inner.poll(max_records, commits)
         if messages and self.first_at is None:
             self.first_at, self.first_cpu, self.first_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
+            self.first_kafka_cpu = cpu_librdkafka()
             self.first_broker = broker_cpu_seconds()
             self.first_lag = self._lag_count()
         self._committed(done)
@@ -243,6 +261,7 @@ class TimedSource:
         self.committed.update(done)
         if self.done_at is None and all(self.committed.get(p, 0) >= end for p, end in self.ends.items()):
             self.done_at, self.done_cpu, self.done_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
+            self.done_kafka_cpu = cpu_librdkafka()
             self.done_broker = broker_cpu_seconds()
             self.done_lag = self._lag_count()
             if self.worker is not None:
@@ -319,7 +338,8 @@ async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_execu
     if source.first_broker is not None and source.done_broker is not None:
         broker = source.done_broker - source.first_broker
     figure = Figure(tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
-                    source.done_loop_cpu - source.first_loop_cpu, broker, source.lag_samples())
+                    source.done_loop_cpu - source.first_loop_cpu, source.done_kafka_cpu - source.first_kafka_cpu,
+                    broker_cpu_seconds=broker, lag_samples=source.lag_samples())
     return figure, worker
 
 
@@ -352,6 +372,7 @@ def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor:
         ratio = b.rate / floor.rate
         print(f"  {'spawn mode / C floor':58}{ratio:>14.2f}  {'>= ' + format(TARGET_FLOOR_RATIO, 'g'):>10}  "
               f"{verdict(ratio >= TARGET_FLOOR_RATIO)}")
+    ceiling(floor, b)
     print(f"  {'worker CPU per task, children excluded (d)':58}{b.cpu_us:>10.0f} us  "
           f"{'<= ' + format(TARGET_CPU_US, 'g') + ' us':>10}  {verdict(b.cpu_us <= TARGET_CPU_US)}")
     lag = b.lag_p99_ms
@@ -364,7 +385,8 @@ def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor:
         print(f"  {'    persistent / spawn mode':58}{kept.rate / b.rate:>13.1f}x")
         print(f"  {'    worker CPU per task, persistent mode':58}{kept.cpu_us:>10.0f} us")
     else:
-        print(f"  {'persistent mode':58}{'(bench/persistent.py not present)':>14}")
+        why = "(skipped: --skip-persistent)" if args.skip_persistent else "(bench/persistent.py not present)"
+        print(f"  {'persistent mode':58}{why:>14}")
     print("  details:")
     print(f"  {'(a) raw spawn rate, run_process (best of before/after b)':58}{a.rate:>10.0f} /s")
     print(f"  {'    the two runs':58}{' / '.join(f'{f.rate:.0f}' for f in spawns):>14}")
@@ -381,10 +403,34 @@ def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor:
     print(f"  {'(c) b / a':58}{b.rate / a.rate:>14.2f}")
     print(f"  {'    reference: b / asyncio.create_subprocess_exec rate':58}{b.rate / a_ref.rate:>14.2f}")
     print(f"  {'    of (d), the event loop thread':58}{b.loop_cpu_seconds / b.count * 1e6:>10.0f} us")
+    print(f"  {'    of (d), librdkafka (consumer, producer threads)':58}{b.kafka_cpu_seconds / b.count * 1e6:>10.0f} us")
+    other = b.cpu_seconds - b.loop_cpu_seconds - b.kafka_cpu_seconds
+    print(f"  {'    of (d), the rest (spawner, other threads)':58}{other / b.count * 1e6:>10.0f} us")
     if b.broker_cpu_seconds is not None:
         print(f"  {'    not in (d): the local broker (JVM), per task':58}{b.broker_cpu_seconds / b.count * 1e6:>10.0f} us")
     print(f"      ({b.count} tasks in {b.seconds:.2f}s, {b.cpu_seconds:.2f} CPU-s of the worker process; "
           f"spawns: {a.count} in {a.seconds:.2f}s)")
+
+
+def ceiling(floor: Figure | None, b: Figure) -> None:
+    """What this machine's cores allow spawn mode at best, from CPU measured in this run.
+
+    The C floor spawns with nothing else running; in spawn mode every task also costs the
+    worker's CPU and the local broker's. With all cores busy, tasks/s can be at most
+    cores / (child + worker + broker CPU per task): the floor ratio cannot pass that share.
+    """
+    if floor is None or not floor.children_cpu_seconds or b.broker_cpu_seconds is None:
+        return
+    cores = os.cpu_count() or 1
+    child_us = floor.children_cpu_seconds / floor.count * 1e6
+    spawn_us = floor.cpu_us + child_us
+    broker_us = b.broker_cpu_seconds / b.count * 1e6
+    print(f"  {'    the C floor: CPU per spawn, parent + child':58}{spawn_us:>10.0f} us  "
+          f"(busy cores: {floor.rate * spawn_us / 1e6:.2f} of {cores})")
+    for label, worker_us in (("    ceiling, this worker: cores / (child + worker + broker)", b.cpu_us),
+                             ("    ceiling, a worker costing nothing: cores / (child + broker)", 0.0)):
+        best = cores * 1e6 / (child_us + worker_us + broker_us)
+        print(f"  {label:58}{best:>10.0f} /s  = {best / floor.rate:.2f} x the floor")
 
 
 def profile_report(profiler: cProfile.Profile, tasks: int, top: int) -> None:

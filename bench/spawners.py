@@ -247,7 +247,7 @@ def c_floor(count: int, concurrency: int) -> Row | None:
     measured = spawn_floor_c(BINARY, count, concurrency)
     if measured is None:
         return None
-    cpu_us, rate = measured
+    cpu_us, rate, _children_us = measured
     return Row("C floor: bench/spawn_floor.c", count, count / rate, cpu_us * count / 1e6)
 
 

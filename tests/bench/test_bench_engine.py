@@ -25,6 +25,7 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
     table = proc.stdout
     for row in ("spawn mode: engine end to end", "spawn mode / C floor", "worker CPU per task, children excluded",
                 "event loop lag p99 under full load", "persistent / spawn mode",
-                "diagnostic: b with the backpressure pause out of reach", "profile: "):
+                "diagnostic: b with the backpressure pause out of reach", "profile: ",
+                "ceiling, a worker costing nothing", "of (d), librdkafka"):
         assert row in table, f"{row!r} missing from:\n{table}"
     assert "recorder" in table.lower()
