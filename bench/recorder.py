@@ -9,7 +9,7 @@ With the recorder on, the config is the spec's defaults (``debug.enabled: true``
 fresh ``db_dir``): every event is buffered, written by the recorder's thread every 5 s, and the
 debug server listens (no client attached).
 
-    uv run python bench/recorder.py [--messages 10000] [--rounds 2]
+    uv run python bench/recorder.py [--messages 10000] [--rounds 3]
 
 Target: throughput with the recorder on within 5 % of off.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -70,9 +71,23 @@ class RecorderOverhead:
         off, on = self.best(False), self.best(True)
         return (1 - on.rate / off.rate) * 100
 
+    def median(self, recorder: bool) -> float:
+        return statistics.median(r.rate for r in self.runs if r.recorder == recorder)
+
+    @property
+    def median_cost_percent(self) -> float:
+        return (1 - self.median(True) / self.median(False)) * 100
+
     @property
     def ok(self) -> bool:
         return self.cost_percent <= TARGET_COST_PERCENT
+
+    @property
+    def spread_percent(self) -> float:
+        """The widest gap between two runs of the same side, relative to the slower one."""
+        gaps = [max(rates) / min(rates) - 1 for rates in
+                ([r.rate for r in self.runs if r.recorder == side] for side in (False, True)) if len(rates) > 1]
+        return max(gaps, default=0.0) * 100
 
     record_us: float = 0.0
     write_us: float = 0.0
@@ -87,6 +102,9 @@ class RecorderOverhead:
                          f"{run.cpu_us:6.1f} us worker CPU/task" + (f", {run.events} events" if run.recorder else ""))
         lines.append(f"  throughput, recorder off: {off.rate:8.0f} tasks/s   ({off.cpu_us:.1f} us CPU/task)")
         lines.append(f"  throughput, recorder on:  {on.rate:8.0f} tasks/s   ({on.cpu_us:.1f} us CPU/task)")
+        lines.append(f"  medians: off {self.median(False):.0f}, on {self.median(True):.0f} tasks/s: "
+                     f"{self.median_cost_percent:+.1f} % (noise between runs of one side on a shared machine: "
+                     f"{self.spread_percent:.0f} %)")
         lines.append(f"  cost: {self.cost_percent:+.1f} % throughput, {on.cpu_us - off.cpu_us:+.1f} us CPU/task   "
                      f"target <= {TARGET_COST_PERCENT:.0f} %   {'PASS' if self.ok else 'MISS'}")
         if self.record_us:
@@ -144,7 +162,7 @@ async def _run(bootstrap: str, topic: str, ends: dict[int, int], max_executors: 
                source.events)
 
 
-async def measure_recorder_overhead(bootstrap: str | None = None, messages: int = 10_000, rounds: int = 2,
+async def measure_recorder_overhead(bootstrap: str | None = None, messages: int = 10_000, rounds: int = 3,
                                     max_executors: int | None = None, log=None) -> RecorderOverhead:
     """The same workload with the recorder off and on, ``rounds`` times each (alternating)."""
     bootstrap = bootstrap or ensure_kafka()
@@ -165,7 +183,7 @@ async def measure_recorder_overhead(bootstrap: str | None = None, messages: int 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=10_000, help="messages (= tasks) per run")
-    parser.add_argument("--rounds", type=int, default=2, help="runs per side (off and on alternate)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per side (off and on alternate)")
     parser.add_argument("--max-executors", type=int, default=2 * (os.cpu_count() or 1))
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
     args = parser.parse_args()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import math
+
 import pytest
 
 from knarr.config.loading import ConfigError, config_from_dict
@@ -55,6 +58,40 @@ async def test_events_shorter_than_event_min_duration_are_not_stored():
         assert [e["offset"] for e in await recorded(recorder)] == [3, 2]
     finally:
         await recorder.stop()
+
+
+async def test_a_busy_worker_writes_as_soon_as_enough_events_wait_not_only_every_flush_interval():
+    recorder = memory_recorder(flush_interval_seconds=600, max_buffer=200)  # writes early at 100 waiting
+    await recorder.start()
+    try:
+        for offset in range(150):
+            recorder.record("consumed", 0, offset)
+        for _ in range(100):
+            if recorder.stored:
+                break
+            await asyncio.sleep(0.05)
+        assert recorder.stored >= 100 and recorder.dropped == 0
+    finally:
+        await recorder.stop()
+    assert recorder.stored == 150
+
+
+async def test_every_field_of_an_event_survives_the_write_and_data_json_cannot_say_is_kept_as_text():
+    recorder = memory_recorder()
+    await recorder.start()
+    try:
+        recorder.record("delivered", 2, 7, "t-1", "t-0", 1.25, {"sink": "kafka.out", "payloads": 3, "ratio": 0.5})
+        recorder.record("message_complete", 2, 8, None, None, None, {"score": float("nan"), "raw": b"\xffok"})
+        recorder.record("consumed", 2, 9)
+        events = sorted(await recorded(recorder), key=lambda e: e["id"])
+    finally:
+        await recorder.stop()
+    first = {k: events[0][k] for k in ("worker", "kind", "partition", "offset", "task_id", "parent_task_id", "duration_ms")}
+    assert first == {"worker": "w1", "kind": "delivered", "partition": 2, "offset": 7, "task_id": "t-1",
+                     "parent_task_id": "t-0", "duration_ms": 1.25}
+    assert events[0]["data"] == {"sink": "kafka.out", "payloads": 3, "ratio": 0.5}
+    assert math.isnan(events[1]["data"]["score"]) and events[1]["data"]["raw"] == "\ufffdok"
+    assert events[2]["data"] == {} and isinstance(events[0]["ts"], float)
 
 
 async def test_the_live_feed_leaves_out_events_shorter_than_ws_min_duration():

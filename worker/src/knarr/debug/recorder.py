@@ -1,8 +1,8 @@
 """The flight recorder: every engine event, buffered in memory and written to SQLite off the event loop.
 
 ``record()`` is what the engine calls, on the event loop, for each event: it appends a tuple to
-a buffer and returns. Every ``flush_interval_seconds`` the buffer is handed to the recorder's
-own thread, which writes it, rotates the database file every ``rotation_interval_minutes`` and
+a buffer and returns. Every ``flush_interval_seconds``, or as soon as ``FLUSH_EARLY_EVENTS`` are
+waiting (a busy worker makes thousands a second), the buffer is handed to the recorder's own thread, which writes it, rotates the database file every ``rotation_interval_minutes`` and
 applies retention (by age and by total event count across this worker's files). A buffer that
 fills up (``max_buffer``) drops its oldest events and counts them; the pipeline never waits
 for the recorder.
@@ -38,6 +38,9 @@ log = get_logger(component="recorder")
 TASK_END = frozenset(("task_finished", "task_failed"))
 _POOL_EVENTS = frozenset(("task_started", "task_finished", "task_failed"))
 SUBSCRIBER_QUEUE = 1_000  # events waiting for one WebSocket client; a slower client misses some
+FLUSH_EARLY_EVENTS = 10_000  # buffered events that start a write before the interval is up
+WRITE_CHUNK = 1_000  # events per INSERT: about a millisecond of JSON encoding with the GIL held
+_NO_DATA: dict[str, Any] = {}  # shared, never changed: what an event without data stores
 
 
 class FlightRecorder:
@@ -55,6 +58,8 @@ class FlightRecorder:
         self.running: dict[str, dict[str, Any]] = {}  # task_id -> what runs in a pool slot now
         self.db_path: str = ""  # the current file ('' in memory)
         self._buffer: deque[tuple] = deque()
+        self._flush_at = min(FLUSH_EARLY_EVENTS, config.max_buffer // 2)
+        self._flush_now = asyncio.Event()
         self._subscribers: set[asyncio.Queue] = set()
         self._next_id = 1
         self._conn: sqlite3.Connection | None = None
@@ -77,10 +82,12 @@ class FlightRecorder:
         """Take one event. Never blocks, never raises into the pipeline for a full buffer.
 
         Kept to the least on the event loop: thresholds on output and the JSON of the data are
-        the recorder thread's work (``_row``).
+        the recorder thread's work (``_write``).
         """
         if kind in _POOL_EVENTS:
             data = self._pool_slot(kind, task_id, partition, duration_ms, data)
+        elif data is None:
+            data = _NO_DATA
         event_id = self._next_id
         self._next_id = event_id + 1
         ts = time.time()
@@ -91,6 +98,8 @@ class FlightRecorder:
                 self.dropped += 1
                 self._dropped_metric.inc()
             buffer.append((event_id, ts, kind, partition, offset, task_id, parent_task_id, duration_ms, data))
+            if len(buffer) >= self._flush_at:
+                self._flush_now.set()
         if self._subscribers and (duration_ms is None or duration_ms >= self._ws_min):
             self._broadcast({"type": "event", "id": event_id, "ts": ts, "worker": self.worker, "kind": kind,
                              "partition": partition, "offset": offset, "task_id": task_id,
@@ -141,7 +150,7 @@ class FlightRecorder:
     # --- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
         await self._in_thread(self._open)
-        self._loops = [asyncio.create_task(self._every(self.config.flush_interval_seconds, self.flush),
+        self._loops = [asyncio.create_task(self._every(self.config.flush_interval_seconds, self.flush, self._flush_now),
                                            name="knarr-recorder-flush")]
         if self.config.store_state and self.state is not None:
             self._loops.append(asyncio.create_task(self._every(self.config.state_sync_interval_seconds, self.sync_state),
@@ -160,9 +169,15 @@ class FlightRecorder:
             await self._in_thread(self._close)
             self._thread.shutdown(wait=True)
 
-    async def _every(self, seconds: float, work: Callable[[], Any]) -> None:
+    async def _every(self, seconds: float, work: Callable[[], Any], early: asyncio.Event | None = None) -> None:
+        """``work()`` every ``seconds``, or sooner when ``early`` is set."""
         while True:
-            await asyncio.sleep(seconds)
+            if early is None:
+                await asyncio.sleep(seconds)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(early.wait(), seconds)
+                early.clear()
             try:
                 await work()
             except Exception as exc:  # a full disk must not stop the worker: say so and go on
@@ -242,14 +257,26 @@ class FlightRecorder:
                                                   self.db_path, schema.dumps(self.masked_config), time.time()))
 
     def _write(self, batch: deque[tuple]) -> None:
+        """Insert a batch a chunk at a time: one JSON text per chunk, one statement that SQLite runs alone.
+
+        Row-by-row inserts hand the GIL back and forth with the event loop at every row (SQLite
+        lets go of it around each step); under load that convoy cost more than the writing. Here
+        the GIL is held only while a chunk is encoded (a millisecond or two), and SQLite unpacks
+        and inserts the whole chunk without it.
+        """
         assert self._conn is not None
-        worker, dumps, shown = self.worker, schema.dumps, self._shown
-        # A generator, not a list: each row's JSON is made just before SQLite inserts it, and SQLite lets
-        # go of the GIL while it does, so the event loop is never shut out for a whole batch's encoding.
-        rows = ((r[0], r[1], worker, r[2], r[3], r[4], r[5], r[6], r[7], dumps(shown(r[2], r[7], r[8]))) for r in batch)
+        encode, shown = schema.dumps, self._shown
+        # stdout/stderr are kept only as the thresholds allow: decided here, off the event loop
+        rows = [r if r[2] not in TASK_END else (*r[:8], shown(r[2], r[7], r[8])) for r in batch]
         with self._conn:
-            self._conn.executemany(schema.INSERT_EVENT, rows)
-        self.stored += len(batch)
+            for start in range(0, len(rows), WRITE_CHUNK):
+                chunk = rows[start:start + WRITE_CHUNK]
+                try:
+                    self._conn.execute(schema.INSERT_EVENTS_JSON, (self.worker, encode(chunk)))
+                except sqlite3.OperationalError:  # JSON SQLite will not read (a NaN in some data): row by row
+                    self._conn.executemany(schema.INSERT_EVENT, (
+                        (*r[:2], self.worker, *r[2:8], encode(r[8])) for r in chunk))
+        self.stored += len(rows)
         self._maintain()
 
     def _write_state(self, ts: float, state: dict[str, Any]) -> None:
