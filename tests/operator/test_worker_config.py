@@ -125,3 +125,12 @@ def test_an_override_from_a_secret_is_checked_by_its_name(sample_spec):
     sample_spec["env"] = [{"name": "KNARR_EXECUTOR__NO_SUCH_KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
     with pytest.raises(InvalidConfig, match=r"KNARR_EXECUTOR__NO_SUCH_KEY: no config key 'executor\.no_such_key'"):
         checked(sample_spec)
+
+
+def test_env_the_worker_leaves_alone_passes_and_a_misspelt_override_is_refused_naming_the_right_one(sample_spec):
+    del sample_spec["sinks"]["postgres"]
+    sample_spec["env"] = [{"name": "KNARR_CACHE_DIR", "value": "/cache"}]
+    assert checked(sample_spec).validated.metrics.port == 9090
+    sample_spec["env"] = [{"name": "KNARR_METRICS_PORT", "value": "9300"}]
+    with pytest.raises(InvalidConfig, match=r"KNARR_METRICS_PORT: not a config override; did you mean KNARR_METRICS__PORT\?"):
+        checked(sample_spec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -36,6 +37,20 @@ def test_check_accepts_the_quickstart_and_prints_its_resolved_configuration():
     resolved = yaml.safe_load(proc.stdout.split("(credentials masked)", 1)[1])
     assert resolved["source"]["local"]["path"] == str(QUICKSTART / "input.jsonl")
     assert resolved["executor"]["window_size"] == 10
+
+
+def test_check_accepts_the_tool_variables_of_the_dev_scripts_in_the_environment(tmp_path):
+    env = {**os.environ, "KNARR_BIN_DIR": str(tmp_path / "bin")}
+    proc = knarr("check", "--config", str(QUICKSTART / "knarr.yaml"), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "ok (hooks:" in proc.stdout
+
+
+def test_check_refuses_an_override_missing_one_underscore_and_names_the_right_one():
+    env = {**os.environ, "KNARR_EXECUTOR_MAX_EXECUTORS": "8"}
+    proc = knarr("check", "--config", str(QUICKSTART / "knarr.yaml"), env=env)
+    assert proc.returncode == ExitCode.USAGE
+    assert "KNARR_EXECUTOR_MAX_EXECUTORS: not a config override; did you mean KNARR_EXECUTOR__MAX_EXECUTORS?" in proc.stderr
 
 
 def test_check_masks_credentials_in_what_it_prints(tmp_path):

@@ -1,5 +1,7 @@
 """Loading configuration: YAML, KNARR_* env on top, and errors that name the key."""
 
+import logging
+
 import pytest
 
 from knarr.config import ConfigError, KnarrConfig, load_config
@@ -75,6 +77,63 @@ def test_an_unknown_yaml_key_names_the_key(config_file):
 def test_an_unknown_env_variable_names_the_variable(config_file):
     with pytest.raises(ConfigError, match=r"KNARR_KAFKA__BROKRS: no config key 'kafka.brokrs'"):
         load_config(config_file(), env={"KNARR_KAFKA__BROKRS": "x"})
+
+
+def test_an_env_variable_with_a_double_underscore_under_no_section_is_an_error(config_file):
+    with pytest.raises(ConfigError, match=r"KNARR_TOOLS__DIR: no config key 'tools.dir'; env overrides look like KNARR_SECTION__KEY"):
+        load_config(config_file(), env={"KNARR_TOOLS__DIR": "/opt/tools"})
+
+
+def test_a_variable_naming_a_section_exactly_takes_the_section_as_json(config_file):
+    cfg = load_config(config_file(), env={"KNARR_KAFKA": '{"brokers": "env:1", "source_topic": "orders"}'})
+    assert (cfg.kafka.brokers, cfg.kafka.source_topic) == ("env:1", "orders")
+
+
+def test_a_variable_naming_a_top_level_key_exactly_overrides_it(config_file):
+    assert load_config(config_file(), env={"KNARR_CLUSTER_NAME": "eu-1"}).cluster_name == "eu-1"
+
+
+def test_tool_variables_that_name_no_config_key_are_left_alone(config_file):
+    tooling = {
+        "KNARR_CACHE_DIR": "/home/dev/.cache/knarr",
+        "KNARR_KAFKA_STATE_DIR": "/home/dev/.cache/knarr/kafka",
+        "KNARR_POSTGRES_STATE_DIR": "/home/dev/.cache/knarr/pg",
+        "KNARR_BIN_DIR": "/home/dev/.cache/knarr/bin",
+        "KNARR_CHROMIUM": "/usr/bin/chromium",
+        "KNARR_TEST_POSTGRES_DSN": "postgresql://knarr@127.0.0.1:5432/knarr",
+        "KNARR_KUBE_VERSION": "1.31.0",
+        "KNARR_ENVTEST_DIR": "/home/dev/.cache/knarr/envtest",
+        "KNARR_DOCS_SCREENSHOTS": "1",
+    }
+    assert load_config(config_file(), env=tooling) == load_config(config_file(), env={})
+
+
+def test_the_operator_settings_and_the_config_path_variables_are_not_overrides(config_file):
+    env = {"KNARR_OPERATOR_RESYNC_SECONDS": "2", "KNARR_OPERATOR__X": "y", "KNARR_TERMINATION_LOG": "/tmp/t"}
+    assert load_config(config_file(), env=env) == load_config(config_file(), env={})
+
+
+@pytest.mark.parametrize(("name", "meant"), [
+    ("KNARR_EXECUTOR_MAX_EXECUTORS", "KNARR_EXECUTOR__MAX_EXECUTORS"),
+    ("KNARR_KAFKA_BROKERS", "KNARR_KAFKA__BROKERS"),
+    ("KNARR_CACHE_SHARED", "KNARR_CACHE__SHARED"),
+    ("knarr_metrics_port", "KNARR_METRICS__PORT"),
+])
+def test_an_override_with_a_single_underscore_between_section_and_key_says_what_was_meant(config_file, name, meant):
+    with pytest.raises(ConfigError) as err:
+        load_config(config_file(), env={name: "8"})
+    assert f"{name}: not a config override; did you mean {meant}? (sections and keys are separated by two underscores)" \
+        in str(err.value)
+
+
+def test_variables_left_alone_are_logged_once_at_debug_level(config_file, caplog):
+    env = {"KNARR_LOGGED_ONCE_DIR": "/tmp/x"}
+    with caplog.at_level(logging.DEBUG, logger="knarr.config"):
+        load_config(config_file(), env=env)
+        load_config(config_file(), env=env)
+    said = [r for r in caplog.records if "KNARR_LOGGED_ONCE_DIR" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.DEBUG]
+    assert "not configuration, left alone" in said[0].getMessage()
 
 
 def test_an_invalid_value_names_the_key_the_value_and_the_env_variable(config_file):

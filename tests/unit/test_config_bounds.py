@@ -45,8 +45,8 @@ TOO_LARGE = [
     ("executor.retry_backoff_max_seconds", 86_401, "86400"),
     ("executor.max_per_partition", 1_025, "1024"),
     ("executor.drain_timeout_seconds", 3_601, "3600"),
-    ("executor.backpressure_high_multiplier", 1_001, "1000"),
-    ("executor.backpressure_low_multiplier", 1_001, "1000"),
+    ("executor.backpressure_high_multiplier", 1_000_001, "1000000"),
+    ("executor.backpressure_low_multiplier", 1_000_001, "1000000"),
     ("metrics.port", 65_536, "65535"),
     ("metrics.max_connections", 1_025, "1024"),
 ]

@@ -10,6 +10,19 @@ file's ``results`` sink, and ``KNARR_KAFKA__EXTRA__sasl.password`` adds ``sasl.p
 
 A value is text, converted by validation like a YAML scalar; a variable naming a whole
 section or map takes JSON (``KNARR_KAFKA__EXTRA='{"client.rack": "a"}'``).
+
+Which ``KNARR_*`` variables are configuration — tools and scripts around knarr export their
+own (``KNARR_CACHE_DIR``, ``KNARR_BIN_DIR``, ...), and those must not stop a worker, while a
+misspelt override must:
+
+- with ``__`` in it, a variable is an override, and one naming no config key is an error;
+- without ``__``, it is an override only when it names a top-level key exactly
+  (``KNARR_KAFKA='{"brokers": ...}'``, ``KNARR_HANDLER=...``);
+- any other is an error when doubling one of its ``_`` would make it an override
+  (``KNARR_EXECUTOR_MAX_EXECUTORS``: did you mean ``KNARR_EXECUTOR__MAX_EXECUTORS``),
+  and is otherwise not configuration and left alone;
+- ``KNARR_CONFIG``, ``KNARR_TERMINATION_LOG`` and the operator's ``KNARR_OPERATOR_*`` are
+  never overrides.
 """
 
 from __future__ import annotations
@@ -40,10 +53,15 @@ def env_overrides(model: type[BaseModel], env: Mapping[str, str], file_data: Map
     overrides: dict[str, Any] = {}
     problems: list[str] = []
     for name in sorted(env):
-        upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or upper in NOT_CONFIG_ENV or upper.startswith(RESERVED_ENV_PREFIX):
+        segments = _override_segments(model, name)
+        if segments is None:
+            suggestion = _meant_override(model, name)
+            if suggestion is not None:
+                problems.append(
+                    f"  {name}: not a config override; did you mean {suggestion}? "
+                    f"(sections and keys are separated by two underscores)"
+                )
             continue
-        segments = name[len(ENV_PREFIX) :].split(ENV_DELIMITER)
         resolved = _resolve(model, segments, file_data)
         if resolved is None:
             problems.append(
@@ -61,6 +79,42 @@ def env_overrides(model: type[BaseModel], env: Mapping[str, str], file_data: Map
                 continue
         _set(overrides, path, value)
     return overrides, problems
+
+
+def not_config_env(model: type[BaseModel], env: Mapping[str, str]) -> list[str]:
+    """The ``KNARR_*`` variables of ``env`` that are neither overrides nor misspelt ones: left alone."""
+    return [
+        name for name in sorted(env)
+        if _has_prefix(name) and _override_segments(model, name) is None and _meant_override(model, name) is None
+    ]
+
+
+def _has_prefix(name: str) -> bool:
+    upper = name.upper()
+    return upper.startswith(ENV_PREFIX) and upper not in NOT_CONFIG_ENV and not upper.startswith(RESERVED_ENV_PREFIX)
+
+
+def _override_segments(model: type[BaseModel], name: str) -> list[str] | None:
+    """The key path ``name`` overrides, as written, or ``None`` when it is not an override at all."""
+    if not _has_prefix(name):
+        return None
+    rest = name[len(ENV_PREFIX) :]
+    if ENV_DELIMITER in rest or rest.lower() in model.model_fields:
+        return rest.split(ENV_DELIMITER)
+    return None
+
+
+def _meant_override(model: type[BaseModel], name: str) -> str | None:
+    """The override a variable that is none probably meant: itself with one ``_`` doubled, naming a key."""
+    if not _has_prefix(name):
+        return None
+    rest = name[len(ENV_PREFIX) :]
+    for at, char in enumerate(rest):
+        if char == "_":
+            resolved = _resolve(model, [rest[:at], rest[at + 1 :]], {})
+            if resolved is not None:
+                return env_name(model, resolved[0])
+    return None
 
 
 def env_name(model: type[BaseModel], path: list[str]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -10,13 +11,17 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from knarr.config.environment import CONFIG_PATH_ENV, deep_merge, env_name, env_overrides
+from knarr.config.environment import CONFIG_PATH_ENV, deep_merge, env_name, env_overrides, not_config_env
 from knarr.config.paths import resolve_paths
 from knarr.config.root import KnarrConfig
 from knarr.config.secrets import has_credentials, is_masked
 from knarr.errors import ConfigError
 
 __all__ = ["ConfigError", "config_from_dict", "format_validation_error", "load_config"]
+
+_log = logging.getLogger(__name__)
+# KNARR_* variables already said to be left alone: a process loading its config again says nothing new.
+_reported_not_config: set[str] = set()
 
 
 def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
@@ -40,10 +45,19 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     overrides, problems = env_overrides(KnarrConfig, env, data)
     if problems:
         raise ConfigError("invalid configuration:\n" + "\n".join(problems))
+    _report_not_config(env)
     config = _validate(deep_merge(data, overrides), yaml_path)
     if plugins and config.sinks.plugin:
         _check_plugins(config, yaml_path)
     return config
+
+
+def _report_not_config(env: Mapping[str, str]) -> None:
+    unreported = [name for name in not_config_env(KnarrConfig, env) if name not in _reported_not_config]
+    if unreported:
+        _reported_not_config.update(unreported)
+        _log.debug("not configuration, left alone (config overrides look like KNARR_SECTION__KEY): %s",
+                   ", ".join(unreported))
 
 
 def _check_plugins(config: KnarrConfig, yaml_path: Path | None) -> None:

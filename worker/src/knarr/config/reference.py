@@ -68,6 +68,13 @@ def render() -> str:
         "Unknown keys and invalid values stop startup; values of secrets (passwords, tokens, `sasl.*`, DSNs, "
         "`Authorization` headers, URLs with credentials) are never echoed in errors.",
         "",
+        "Which `KNARR_*` variables are overrides: every one with `__` in it (an unknown key there stops startup), "
+        "and one without that names a top-level key exactly (`KNARR_KAFKA='{\"brokers\": \"k:9092\"}'`, "
+        "`KNARR_HANDLER`). One that would name a key if one of its `_` were doubled stops startup too, saying "
+        "so (`KNARR_EXECUTOR_MAX_EXECUTORS`: did you mean `KNARR_EXECUTOR__MAX_EXECUTORS`). Any other — "
+        "`KNARR_CACHE_DIR`, `KNARR_BIN_DIR` and the like, set by scripts and tools — is not configuration and is "
+        "left alone, as are `KNARR_CONFIG`, `KNARR_TERMINATION_LOG` and the operator's `KNARR_OPERATOR_*`.",
+        "",
         "Paths in the YAML file — " + ", ".join(f"`{key}`" for key in path_fields(KnarrConfig))
         + " (the file form of `handler`) — are relative to the file's own directory, so a config works from any "
         "working directory; absolute paths stay as they are, and a path given by an env override is taken as given "
