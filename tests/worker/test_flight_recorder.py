@@ -72,6 +72,7 @@ async def test_a_messages_trace_is_the_group_its_handler_saw(kafka_bootstrap, tm
     topic, out = topics(kafka_bootstrap, partitions=2)
     jobs = [{"job": f"j{i}", "fanout": 3, "fail": [1] if i % 2 else [0, 2], "depth": 1 + i % 3} for i in range(6)]
     produced = produce_json(kafka_bootstrap, topic, jobs, key_fn=lambda j: j["job"])
+    keys = {position: job["job"] for position, job in zip(produced, jobs, strict=True)}
     worker = fanout_worker(kafka_bootstrap, tmp_path, topic, out)
     async with running(worker):
         await wait_until(lambda: seen_file.exists() and len(seen_file.read_text().splitlines()) == len(jobs),
@@ -87,6 +88,9 @@ async def test_a_messages_trace_is_the_group_its_handler_saw(kafka_bootstrap, tm
         seen = json.loads(line)
         trace = traces[(seen["partition"], seen["offset"])]
         assert trace["consumed_at"] is not None
+        [consumed] = [e for e in trace["events"] if e["kind"] == "consumed"]  # one per poll, naming each message
+        at = consumed["data"]["offsets"].index(seen["offset"])
+        assert consumed["data"]["keys"][at] == keys[(seen["partition"], seen["offset"])]
         assert trace["group"]["total"] == seen["total"] and trace["group"]["replaced"] == seen["replaced"]
         assert (trace["group"]["succeeded"], trace["group"]["failed"]) == (seen["succeeded"], seen["failed"])
         nodes = {n["task_id"]: n for n in flatten(trace["tasks"])}

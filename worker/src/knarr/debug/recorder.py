@@ -81,8 +81,7 @@ class FlightRecorder:
                data: dict[str, Any] | None = None) -> None:
         """Take one event. Never blocks, never raises into the pipeline for a full buffer.
 
-        Kept to the least on the event loop: thresholds on output and the JSON of the data are
-        the recorder thread's work (``_write``).
+        Kept to the least on the event loop: the JSON of the data is the recorder thread's work.
         """
         if kind in _POOL_EVENTS:
             data = self._pool_slot(kind, task_id, partition, duration_ms, data)
@@ -104,7 +103,7 @@ class FlightRecorder:
             self._broadcast({"type": "event", "id": event_id, "ts": ts, "worker": self.worker, "kind": kind,
                              "partition": partition, "offset": offset, "task_id": task_id,
                              "parent_task_id": parent_task_id, "duration_ms": duration_ms,
-                             "data": self._shown(kind, duration_ms, data)})
+                             "data": data})
 
     def _pool_slot(self, kind: str, task_id: str | None, partition: int | None, duration_ms: float | None,
                    data: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -122,15 +121,19 @@ class FlightRecorder:
         if duration_ms is not None and duration_ms >= self._log_min:
             log.info("slow task", task_id=task_id, partition=partition, duration_ms=round(duration_ms, 1),
                      outcome=kind, exit_code=data.get("exit_code") if data else None)
-        return data
+        return self._shown(kind, duration_ms, data)  # stdout/stderr kept only as the thresholds allow
 
     def _shown(self, kind: str, duration_ms: float | None, data: dict[str, Any] | None) -> dict[str, Any]:
-        """Event data as stored: a task's stdout/stderr only when store_output and the thresholds allow."""
+        """Event data as stored: a task's stdout/stderr only when store_output and the thresholds allow.
+
+        The engine builds each event's data for the recorder alone, so the output is dropped in place.
+        """
         if not data:
-            return {}
+            return _NO_DATA
         if kind in TASK_END and (self._output_min is None or (kind == "task_finished"
                                                               and (duration_ms or 0) < self._output_min)):
-            return {k: v for k, v in data.items() if k not in ("stdout", "stderr")}
+            data.pop("stdout", None)
+            data.pop("stderr", None)
         return data
 
     # --- live feed -------------------------------------------------------------------------------
@@ -265,9 +268,7 @@ class FlightRecorder:
         and inserts the whole chunk without it.
         """
         assert self._conn is not None
-        encode, shown = schema.dumps, self._shown
-        # stdout/stderr are kept only as the thresholds allow: decided here, off the event loop
-        rows = [r if r[2] not in TASK_END else (*r[:8], shown(r[2], r[7], r[8])) for r in batch]
+        rows, encode = list(batch), schema.dumps
         with self._conn:
             for start in range(0, len(rows), WRITE_CHUNK):
                 chunk = rows[start:start + WRITE_CHUNK]

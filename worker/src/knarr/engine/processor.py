@@ -98,10 +98,10 @@ class PartitionProcessor:
         self._arrived.set()
         self._consumed.inc(len(messages))
         self._queue_size.set(len(self._queue))
-        if self.recorder is not None:
-            for msg in messages:
-                self.recorder.record("consumed", self.partition, msg.offset, data={
-                    "key": msg.key.decode("utf-8", "replace") if msg.key is not None else None, "size": len(msg.value)})
+        if self.recorder is not None and messages:  # one event per poll of this partition, naming every message
+            self.recorder.record("consumed", self.partition, messages[0].offset, data={
+                "offsets": [m.offset for m in messages], "keys": [m.key for m in messages],
+                "bytes": sum(len(m.value) for m in messages)})
 
     @property
     def load(self) -> int:

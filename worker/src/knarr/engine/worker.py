@@ -39,6 +39,7 @@ from knarr.observability.termination import describe_error, record_exit
 from knarr.sinks import build_sinks
 from knarr.sinks.delivery import SinkManager
 from knarr.sinks.dlq import DeadLetterQueue, FileDeadLetterQueue
+from knarr.api.messages import SourceMessage
 from knarr.sources.base import Source
 
 VERSION = "0.1.0"
@@ -301,10 +302,10 @@ class Worker:
             self._acknowledge(committed)
             if not self._running:
                 break  # polled after stop: these messages are not started, so they replay
-            for msg in messages:
-                processor = self.processors.get(msg.partition)
-                if processor is not None:
-                    processor.enqueue([msg])
+            for partition, part in by_partition(messages).items():
+                processor = self.processors.get(partition)
+                if processor is not None:  # else revoked meanwhile: not started, so replayed by the new owner
+                    processor.enqueue(part)
             if self.source.finished:
                 self.log.info("source exhausted; stopping")
                 self.stop()
@@ -527,6 +528,14 @@ class Worker:
     async def _close_outputs(self) -> None:
         if self.sinks is not None:
             await self.sinks.close_all()
+
+
+def by_partition(messages: list[SourceMessage]) -> dict[int, list[SourceMessage]]:
+    """A poll's messages per partition, each partition's in the order polled."""
+    parts: dict[int, list[SourceMessage]] = {}
+    for msg in messages:
+        parts.setdefault(msg.partition, []).append(msg)
+    return parts
 
 
 def _ignore_result(future: asyncio.Future) -> None:
