@@ -77,34 +77,7 @@ _SOURCES = {
     "load_config": "knarr.config",
 }
 
-__all__ = [
-    "BaseHandler",
-    "CacheScope",
-    "CollectResult",
-    "ConfigError",
-    "DeliveryAction",
-    "DeliveryError",
-    "ErrorAction",
-    "ExecutorError",
-    "ExecutorResult",
-    "ExecutorTask",
-    "FilePayload",
-    "HttpPayload",
-    "KafkaPayload",
-    "KnarrConfig",
-    "MessageGroup",
-    "MongoPayload",
-    "PendingContext",
-    "PluginPayload",
-    "PostgresPayload",
-    "PrecomputedResult",
-    "RedisPayload",
-    "SourceMessage",
-    "load_config",
-    "make_stable_task_id",
-    "make_task_id",
-    "periodic",
-]
+__all__ = sorted(_SOURCES)
 
 
 def __getattr__(name: str) -> Any:
