@@ -9,7 +9,7 @@ With the recorder on, the config is the spec's defaults (``debug.enabled: true``
 fresh ``db_dir``): every event is buffered, written by the recorder's thread every 5 s, and the
 debug server listens (no client attached).
 
-    uv run python bench/recorder.py [--messages 10000] [--rounds 3]
+    uv run python bench/recorder.py [--messages 10000] [--rounds 5]
 
 Target: throughput with the recorder on within 5 % of off.
 """
@@ -162,7 +162,7 @@ async def _run(bootstrap: str, topic: str, ends: dict[int, int], max_executors: 
                source.events)
 
 
-async def measure_recorder_overhead(bootstrap: str | None = None, messages: int = 10_000, rounds: int = 3,
+async def measure_recorder_overhead(bootstrap: str | None = None, messages: int = 10_000, rounds: int = 5,
                                     max_executors: int | None = None, log=None) -> RecorderOverhead:
     """The same workload with the recorder off and on, ``rounds`` times each (alternating)."""
     bootstrap = bootstrap or ensure_kafka()
@@ -183,7 +183,7 @@ async def measure_recorder_overhead(bootstrap: str | None = None, messages: int 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=10_000, help="messages (= tasks) per run")
-    parser.add_argument("--rounds", type=int, default=3, help="runs per side (off and on alternate)")
+    parser.add_argument("--rounds", type=int, default=5, help="runs per side (off and on alternate)")
     parser.add_argument("--max-executors", type=int, default=2 * (os.cpu_count() or 1))
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
     args = parser.parse_args()
