@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from knarr.api.messages import SourceMessage
-from knarr.engine.worker import by_partition
+from knarr.api.messages import SourceMessage, by_partition
 
 
 def message(partition: int, offset: int) -> SourceMessage:

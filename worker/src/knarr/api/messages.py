@@ -24,3 +24,11 @@ class SourceMessage(BaseModel):
     @property
     def label(self) -> str:
         return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+def by_partition(messages: list[SourceMessage]) -> dict[int, list[SourceMessage]]:
+    """Messages per partition, each partition's in the order given."""
+    parts: dict[int, list[SourceMessage]] = {}
+    for msg in messages:
+        parts.setdefault(msg.partition, []).append(msg)
+    return parts

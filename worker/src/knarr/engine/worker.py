@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from knarr.api.handler import BaseHandler, periodic_methods, ready_arguments
+from knarr.api.messages import by_partition
 from knarr.cache.handler_cache import HandlerCache, attach_cache
 from knarr.config.librdkafka import ConsumerSettingsError, check_consumer_settings
 from knarr.config.loading import ConfigError
@@ -39,7 +40,6 @@ from knarr.observability.termination import describe_error, record_exit
 from knarr.sinks import build_sinks
 from knarr.sinks.delivery import SinkManager
 from knarr.sinks.dlq import DeadLetterQueue, FileDeadLetterQueue
-from knarr.api.messages import SourceMessage
 from knarr.sources.base import Source
 
 VERSION = "0.1.0"
@@ -528,14 +528,6 @@ class Worker:
     async def _close_outputs(self) -> None:
         if self.sinks is not None:
             await self.sinks.close_all()
-
-
-def by_partition(messages: list[SourceMessage]) -> dict[int, list[SourceMessage]]:
-    """A poll's messages per partition, each partition's in the order polled."""
-    parts: dict[int, list[SourceMessage]] = {}
-    for msg in messages:
-        parts.setdefault(msg.partition, []).append(msg)
-    return parts
 
 
 def _ignore_result(future: asyncio.Future) -> None:

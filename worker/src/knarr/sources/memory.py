@@ -8,9 +8,8 @@ message was handed out and every partition's watermark passed its last offset.
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
 
-from knarr.api.messages import SourceMessage
+from knarr.api.messages import SourceMessage, by_partition
 from knarr.sources.base import AssignFn, RevokeFn
 
 
@@ -22,11 +21,8 @@ class MemorySource:
         for m in self._messages:
             self._ends[m.partition] = max(self._ends.get(m.partition, -1), m.offset + 1)
         # Interleave partitions so they are processed side by side, as from a real consumer.
-        by_partition: dict[int, list[SourceMessage]] = defaultdict(list)
-        for m in self._messages:
-            by_partition[m.partition].append(m)
         self._order: list[SourceMessage] = []
-        lists = list(by_partition.values())
+        lists = list(by_partition(self._messages).values())
         for i in range(max((len(lst) for lst in lists), default=0)):
             self._order.extend(lst[i] for lst in lists if i < len(lst))
         self._next = 0
