@@ -79,19 +79,22 @@ def cpu_self() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def stat_cpu_seconds(stat: Path) -> float:
+    """utime + stime from a /proc stat file (a process's, or one thread's under task/); children not included."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_librdkafka() -> float:
     """CPU seconds of this process's librdkafka threads (named rdk:main, rdk:broker..., rdk:queue)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+    total = 0.0
     for task in Path("/proc/self/task").iterdir():
         try:
-            comm, rest = (task / "stat").read_text().split("(", 1)[1].rsplit(")", 1)
-        except (OSError, ValueError):
+            if (task / "comm").read_text().startswith("rdk:"):
+                total += stat_cpu_seconds(task / "stat")
+        except OSError:
             continue  # the thread ended meanwhile
-        if comm.startswith("rdk:"):
-            fields = rest.split()
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
+    return total
 
 
 def cpu_thread() -> float:
@@ -204,10 +207,9 @@ def broker_cpu_seconds() -> float | None:
     """CPU seconds used so far by the local broker (the JVM), if it was started from this checkout."""
     try:
         pid = (REPO_ROOT / ".cache" / "kafka" / "broker.pid").read_text().strip()
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
     except (OSError, IndexError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # --- (b) the engine end to end -------------------------------------------------------------

@@ -37,7 +37,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
 import knarr  # noqa: E402
-from engine import Figure, TimedSource, cpu_self, prefill  # noqa: E402
+from engine import Figure, TimedSource, cpu_self, prefill, stat_cpu_seconds  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.engine.persistent import ProgramPool  # noqa: E402
 from knarr.engine.processes import run_process  # noqa: E402
@@ -77,10 +77,9 @@ def _programs_cpu_seconds(worker: Worker) -> float:
     total = 0.0
     for program in list(worker.executor.programs._live):
         try:
-            fields = Path(f"/proc/{program.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += stat_cpu_seconds(Path(f"/proc/{program.pid}/stat"))
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
 
 

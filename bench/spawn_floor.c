@@ -1,6 +1,7 @@
 /* The floor for spawning from any language on this machine: posix_spawn (vfork + exec)
  * of a binary in a new session, 4 children at a time, reaped with wait(); prints the
- * parent's CPU per spawn, the rate and the children's CPU per spawn (microseconds). bench/engine.py compiles and runs it for reference.
+ * parent's CPU per spawn, the rate and the children's CPU per spawn (microseconds).
+ * bench/engine.py compiles and runs it for reference.
  *
  *   cc -O2 -o spawn_floor spawn_floor.c && ./spawn_floor /bin/true 5000 4
  */

@@ -27,7 +27,6 @@ import array
 import asyncio
 import os
 import pickle
-import resource
 import signal
 import socket
 import statistics
@@ -43,20 +42,12 @@ from knarr.engine.capture import CapturedStream
 from knarr.engine.processes import run_process
 from knarr.observability.loop_lag import LoopLagProbe
 
+from engine import cpu_self, spawn_floor_c, stat_cpu_seconds  # bench/engine.py: make bench's clocks and C floor
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BINARY = "/bin/true"
 CAP = 8 * 1024 * 1024
 _DEVNULL = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
-
-
-def cpu_self() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def cpu_of(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -234,7 +225,7 @@ async def helper_process(count: int, concurrency: int) -> Row:
 
     try:
         return await _timed("helper: a spawner process, fds over SCM_RIGHTS", count, concurrency, one,
-                            extra_cpu=lambda: cpu_of(helper.pid))
+                            extra_cpu=lambda: stat_cpu_seconds(Path(f"/proc/{helper.pid}/stat")))
     finally:
         loop.remove_reader(mine.fileno())
         mine.close()
@@ -242,8 +233,6 @@ async def helper_process(count: int, concurrency: int) -> Row:
 
 
 def c_floor(count: int, concurrency: int) -> Row | None:
-    from engine import spawn_floor_c  # bench/engine.py: the same C program make bench runs
-
     measured = spawn_floor_c(BINARY, count, concurrency)
     if measured is None:
         return None

@@ -2,7 +2,8 @@
 
 ``record()`` is what the engine calls, on the event loop, for each event: it appends a tuple to
 a buffer and returns. Every ``flush_interval_seconds``, or as soon as ``FLUSH_EARLY_EVENTS`` are
-waiting (a busy worker makes thousands a second), the buffer is handed to the recorder's own thread, which writes it, rotates the database file every ``rotation_interval_minutes`` and
+waiting (a busy worker makes thousands a second), the buffer is handed to the recorder's own
+thread, which writes it, rotates the database file every ``rotation_interval_minutes`` and
 applies retention (by age and by total event count across this worker's files). A buffer that
 fills up (``max_buffer``) drops its oldest events and counts them; the pipeline never waits
 for the recorder.
