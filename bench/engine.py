@@ -458,7 +458,7 @@ async def main() -> int:
     parser.add_argument("--skip-unpaused", action="store_true",
                         help="skip the diagnostic run of (b) with the backpressure pause out of reach")
     parser.add_argument("--skip-persistent", action="store_true", help="skip persistent mode's row")
-    parser.add_argument("--recorder-messages", type=int, default=10_000,
+    parser.add_argument("--recorder-messages", type=int, default=8_000,
                         help="messages per run of the flight recorder's off/on comparison (0: skip it)")
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
     args = parser.parse_args()

@@ -7,6 +7,7 @@ each other) and ``worker_state`` (periodic snapshots of the overview).
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from typing import Any
@@ -45,15 +46,14 @@ CREATE TABLE IF NOT EXISTS worker_state (
 EVENT_COLUMNS = ("id", "ts", "worker", "kind", "partition", "offset", "task_id", "parent_task_id", "duration_ms", "data")
 INSERT_EVENT = ('INSERT INTO events (id, ts, worker, kind, partition, "offset", task_id, parent_task_id, duration_ms, data) '
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-# A chunk of events as one JSON array of [id, ts, kind, partition, offset, task_id, parent_task_id,
-# duration_ms, data] rows (the recorder's buffer tuples), the worker's name bound once.
-INSERT_EVENTS_JSON = (
-    'INSERT INTO events (id, ts, worker, kind, partition, "offset", task_id, parent_task_id, duration_ms, data) '
-    "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), ?1, json_extract(value, '$[2]'), "
-    "json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'), "
-    "json_extract(value, '$[6]'), json_extract(value, '$[7]'), coalesce(json_extract(value, '$[8]'), '{}') "
-    "FROM json_each(?2)"
-)
+
+
+@functools.cache
+def insert_events(rows: int) -> str:
+    """One INSERT of ``rows`` events: ten parameters per row, in EVENT_COLUMNS order."""
+    return INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (rows - 1)
+
+
 UPSERT_CONFIG = ("INSERT INTO worker_config (worker, cluster, consumer_group, debug_url, db_path, config, updated_at) "
                  "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(worker) DO UPDATE SET cluster=excluded.cluster, "
                  "consumer_group=excluded.consumer_group, debug_url=excluded.debug_url, db_path=excluded.db_path, "
