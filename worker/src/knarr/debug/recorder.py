@@ -111,7 +111,7 @@ class FlightRecorder:
         """Which task runs in which pool slot (the overview shows it); slow tasks are logged."""
         if kind == "task_started":
             slot = heapq.heappop(self._free_slots) if self._free_slots else len(self.running)
-            data = dict(data) if data else {}
+            data = data if data is not None else {}  # built for the recorder alone (like _shown's): changed in place
             self.running[task_id or ""] = {"slot": slot, "task_id": task_id, "partition": partition,
                                            "args": data.pop("args", None), "started_at": time.time()}
             data["slot"] = slot  # the arguments are on task_queued already: the overview keeps them, the row does not
