@@ -15,19 +15,21 @@ import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
 from knarr.api.tasks import PrecomputedResult
 from knarr.cache.entries import CacheScope, Entry, check_key, check_scope, check_ttl, decode, encode, expiry
 from knarr.cache.memory import MemoryTier
-from knarr.cache.shared import SharedTier
 from knarr.cache.store import Change, SqliteStore, db_path
 from knarr.errors import ConfigError
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 from knarr.observability.ratelimit import Deduplicator
+
+if TYPE_CHECKING:
+    from knarr.cache.shared import SharedTier
 
 T = TypeVar("T")
 MAX_TTL_SECONDS = 365 * 86_400.0
@@ -49,7 +51,11 @@ class HandlerCache:
         self.log = get_logger(component="cache")
         self.memory = MemoryTier(config.max_entries)
         self.store = SqliteStore(db_path(config.db_dir, worker_name)) if config.db_dir else None
-        self.shared = SharedTier(config.shared, cluster, self.log, clock) if config.shared is not None else None
+        self.shared: SharedTier | None = None
+        if config.shared is not None:
+            from knarr.cache.shared import SharedTier  # redis's client: imported only when a shared tier is set
+
+            self.shared = SharedTier(config.shared, cluster, self.log, clock)
         self._dirty: dict[str, Change] = {}  # written since the last flush, by key; the newest change wins
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="knarr-cache") if self.store else None
         self._flusher: asyncio.Task | None = None
