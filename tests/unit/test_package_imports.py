@@ -40,6 +40,12 @@ def test_importing_knarr_itself_loads_none_of_its_names_until_used():
     assert {"knarr.api.handler", "knarr.config"} <= modules_after("import knarr; knarr.BaseHandler; knarr.load_config")
 
 
+def test_the_worker_loads_clients_of_optional_services_only_when_configured():
+    """Redis's client (the shared cache tier) and the debug server's aiohttp cost start-up time and memory."""
+    loaded = modules_after("import knarr.engine.worker")
+    assert [name for name in ("redis", "aiohttp", "knarr.cache.shared", "knarr.debug.server") if name in loaded] == []
+
+
 @pytest.mark.parametrize("name", knarr.__all__)
 def test_every_public_name_resolves_to_the_object_of_its_module(name):
     value = getattr(knarr, name)
