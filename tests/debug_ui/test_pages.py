@@ -126,7 +126,7 @@ async def test_a_failed_task_links_to_the_trace_of_its_message(debug_worker, pag
     [error] = group.errors
     await page.goto(debug_worker.page_url("tasks"))
     row = page.get_by_test_id("failed-table").locator(f'[data-testid=task-row][data-task-id="{error.task.task_id}"]')
-    await row.get_by_test_id("task-trace-link").click()
+    await row.get_by_test_id("trace-link").click()  # a task event carries the offset of its first message
 
     await expect(page).to_have_url(re.compile(rf"#/trace/0/{debug_worker.offsets['split']}$"))
     item = node(page.get_by_test_id("task-tree"), error.task.task_id)

@@ -136,6 +136,24 @@ async def test_a_trace_nests_each_replacement_under_the_task_it_replaced():
     assert trace["group"]["replaced"] == 1 and trace["committed"]["offset"] == 8
 
 
+async def test_a_task_for_several_messages_shows_in_the_trace_of_each_though_its_events_are_filed_under_the_first():
+    recorder = memory_recorder()
+    await recorder.start()
+    try:
+        recorder.record("task_queued", 0, 5, "fan-in", None, data={"offsets": [5, 7], "args": ["a"]})
+        recorder.record("task_queued", 0, 6, "other", None, data={"offsets": [6], "args": ["b"]})
+        for task, offset in (("fan-in", 5), ("other", 6)):
+            recorder.record("task_started", 0, offset, task, None, data={"slot_wait_ms": 1.0})
+            recorder.record("task_finished", 0, offset, task, None, 2.0, {"exit_code": 0, "attempt": 1})
+        await recorder.flush()
+        traces = [await recorder.read(queries.trace, 0, offset, 100) for offset in (5, 7)]
+    finally:
+        await recorder.stop()
+    for trace in traces:
+        [task] = trace["tasks"]
+        assert (task["task_id"], task["status"], task["offsets"], task["slot_wait_ms"]) == ("fan-in", "succeeded", [5, 7], 1.0)
+
+
 async def test_queries_say_when_they_were_cut_at_the_row_limit():
     recorder = memory_recorder()
     await recorder.start()

@@ -123,11 +123,12 @@ class ProbeExecutor(TaskExecutor):
         super().__init__(handler, scheduler, config)
         self.notes = notes
 
-    async def run(self, task: ExecutorTask, partition: int, attempt: int = 1) -> tuple[Outcome, int]:
+    async def run(self, task: ExecutorTask, partition: int, attempt: int = 1,
+                  offset: int | None = None) -> tuple[Outcome, int]:
         trace = TaskTrace(task=task, queued_at=time.monotonic())
         self.notes.traces.append(trace)
         _current.set(trace)  # this run has an asyncio task of its own: the scheduler finds its trace
-        outcome, trace.attempt = await super().run(task, partition, attempt)
+        outcome, trace.attempt = await super().run(task, partition, attempt, offset)
         trace.outcome = outcome
         return outcome, trace.attempt
 

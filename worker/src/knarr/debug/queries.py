@@ -52,8 +52,8 @@ def trace(conn: sqlite3.Connection, partition: int, offset: int, limit: int) -> 
         _SELECT + f" WHERE partition = ? AND {_ABOUT_OFFSET} ORDER BY id LIMIT ?", (partition, offset, offset, limit))]
     consumed = [e for e in about if e["kind"] == "consumed"]
     closed = [e for e in about if e["kind"] == "message_complete"]
-    task_ids = list(dict.fromkeys(e["task_id"] for e in about if e["kind"] == "task_queued" and e["task_id"]))
-    tasks = _task_nodes(conn, partition, task_ids, limit)
+    queued = {e["task_id"]: e["offset"] for e in about if e["kind"] == "task_queued" and e["task_id"]}
+    tasks = _task_nodes(conn, partition, queued, limit)
     group = None
     if closed:
         data = closed[-1]["data"]
@@ -74,14 +74,26 @@ def trace(conn: sqlite3.Connection, partition: int, offset: int, limit: int) -> 
     }
 
 
-def _task_nodes(conn: sqlite3.Connection, partition: int, task_ids: list[str], limit: int) -> list[dict[str, Any]]:
-    if not task_ids:
+def _task_nodes(conn: sqlite3.Connection, partition: int, queued: dict[str, int | None],
+                limit: int) -> list[dict[str, Any]]:
+    """The tasks ``queued`` names (task id -> the offset its events are filed under), as trees of replacements.
+
+    A task's events carry the offset of the first message it works for, so the (partition,
+    offset) index finds them; task ids themselves are not indexed (hashes as ids, like
+    make_stable_task_id's, made that index cost more than the rest of a row). Files written
+    before task events carried an offset have it NULL there.
+    """
+    if not queued:
         return []
+    task_ids = list(queued)
     nodes: dict[str, dict[str, Any]] = {}
-    for i in range(0, len(task_ids), 500):  # SQLite's bound on parameters per statement
-        chunk = task_ids[i:i + 500]
-        rows = conn.execute(_SELECT + f" WHERE partition = ? AND task_id IN ({','.join('?' * len(chunk))}) ORDER BY id",
-                            (partition, *chunk))
+    for i in range(0, len(task_ids), 400):  # SQLite's bound on parameters per statement
+        chunk = task_ids[i:i + 400]
+        offsets = sorted({o for o in (queued[t] for t in chunk) if o is not None})
+        rows = conn.execute(
+            _SELECT + f' WHERE ((partition = ? AND "offset" IN ({",".join("?" * len(offsets))})) OR (partition = ? '
+            f'AND "offset" IS NULL)) AND task_id IN ({",".join("?" * len(chunk))}) ORDER BY id',  # two index searches
+            (partition, *offsets, partition, *chunk))
         for row in rows:
             _apply(nodes, event_object(row))
     ordered = [nodes[t] for t in task_ids if t in nodes][:limit]

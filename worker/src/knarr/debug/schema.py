@@ -26,7 +26,6 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS events_message ON events (partition, "offset");
-CREATE INDEX IF NOT EXISTS events_task ON events (task_id);
 CREATE TABLE IF NOT EXISTS worker_config (
     worker TEXT PRIMARY KEY,
     cluster TEXT,

@@ -71,12 +71,16 @@ class TaskExecutor:
     def max_attempts(self, task: ExecutorTask) -> int:
         return task.max_attempts if task.max_attempts is not None else self.config.max_retries + 1
 
-    async def run(self, task: ExecutorTask, partition: int, attempt: int = 1) -> tuple[Outcome, int]:
-        """Run ``task`` until it succeeds, fails for good or is replaced; returns the outcome and attempts made."""
+    async def run(self, task: ExecutorTask, partition: int, attempt: int = 1,
+                  offset: int | None = None) -> tuple[Outcome, int]:
+        """Run ``task`` until it succeeds, fails for good or is replaced; returns the outcome and attempts made.
+
+        ``offset``: the first message the task works for, which the flight recorder files its events under.
+        """
         while True:
-            outcome = await self._attempt(task, partition, attempt)
+            outcome = await self._attempt(task, partition, attempt, offset)
             if self.recorder is not None:
-                _record_attempt(self.recorder, task, partition, outcome)
+                _record_attempt(self.recorder, task, partition, offset, outcome)
             if isinstance(outcome, ExecutorResult):
                 return Succeeded(outcome), attempt
             error = outcome
@@ -90,7 +94,7 @@ class TaskExecutor:
             if isinstance(decision, list):
                 self._count("replaced", task)
                 if self.recorder is not None:
-                    self.recorder.record("task_replaced", partition, None, task.task_id, task.parent_task_id,
+                    self.recorder.record("task_replaced", partition, offset, task.task_id, task.parent_task_id,
                                          data={"replacements": [t.task_id for t in decision], "attempt": attempt})
                 log.debug("task failed; replaced by on_error", replacements=len(decision), **task_context(task))
                 return Replaced(error, decision), attempt
@@ -107,7 +111,8 @@ class TaskExecutor:
             task_failures.failed(task, error, partition, "skipped")
             return Failed(error), attempt
 
-    async def _attempt(self, task: ExecutorTask, partition: int, attempt: int) -> ExecutorResult | ExecutorError:
+    async def _attempt(self, task: ExecutorTask, partition: int, attempt: int,
+                       offset: int | None = None) -> ExecutorResult | ExecutorError:
         if task.precomputed is not None:
             pre = task.precomputed
             result = ExecutorResult.model_construct(
@@ -144,7 +149,7 @@ class TaskExecutor:
         waiting_since = time.monotonic() if self.recorder is not None else 0.0
         await self.scheduler.acquire(partition, priority)
         if self.recorder is not None:
-            self.recorder.record("task_started", partition, None, task.task_id, task.parent_task_id, data={
+            self.recorder.record("task_started", partition, offset, task.task_id, task.parent_task_id, data={
                 "slot_wait_ms": round((time.monotonic() - waiting_since) * 1000, 3), "attempt": attempt,
                 "args": task.args})
         try:
@@ -203,16 +208,17 @@ class TaskExecutor:
         return ErrorAction.SKIP
 
 
-def _record_attempt(recorder: Any, task: ExecutorTask, partition: int, outcome: ExecutorResult | ExecutorError) -> None:
+def _record_attempt(recorder: Any, task: ExecutorTask, partition: int, offset: int | None,
+                    outcome: ExecutorResult | ExecutorError) -> None:
     """One attempt's end in the flight recorder: task_finished (exit 0) or task_failed, with its output."""
     if isinstance(outcome, ExecutorResult):
-        recorder.record("task_finished", partition, None, task.task_id, task.parent_task_id,
+        recorder.record("task_finished", partition, offset, task.task_id, task.parent_task_id,
                         outcome.duration_seconds * 1000, {
                             "exit_code": outcome.exit_code, "args": task.args, "attempt": outcome.attempt,
                             "pid": outcome.pid, "stdout": outcome.stdout, "stderr": outcome.stderr})
         return
     result = outcome.result
-    recorder.record("task_failed", partition, None, task.task_id, task.parent_task_id,
+    recorder.record("task_failed", partition, offset, task.task_id, task.parent_task_id,
                     result.duration_seconds * 1000 if result is not None else None, {
                         "reason": outcome.reason, "exit_code": outcome.exit_code, "args": task.args,
                         "attempt": outcome.attempt, "pid": outcome.pid, "stderr": outcome.stderr,

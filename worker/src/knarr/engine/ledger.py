@@ -102,6 +102,11 @@ class Run:
     attempt: int = 1
     part: set[int] | None = None  # the offsets its arrange() call answered for, when the window was split
 
+    @property
+    def first_offset(self) -> int | None:
+        """The first message this task works for: where the flight recorder files the task's events."""
+        return self.groups[0].offset if self.groups else None
+
 
 @dataclass(eq=False)
 class Window:

@@ -304,7 +304,7 @@ class PartitionProcessor:
         data = {"offsets": offsets, "args": task.args, "window_id": run.window.id}
         if task.labels:
             data["labels"] = task.labels
-        self.recorder.record("task_queued", self.partition, offsets[0] if offsets else None, task.task_id,
+        self.recorder.record("task_queued", self.partition, run.first_offset, task.task_id,
                              task.parent_task_id, data=data)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -327,7 +327,7 @@ class PartitionProcessor:
 
     # --- a task ----------------------------------------------------------------------------
     async def _run(self, run: Run) -> None:
-        outcome, run.attempt = await self.executor.run(run.task, self.partition, run.attempt)
+        outcome, run.attempt = await self.executor.run(run.task, self.partition, run.attempt, run.first_offset)
         if isinstance(outcome, Succeeded):
             outcome = await self._task_complete(run, outcome)
         if isinstance(outcome, Succeeded):
@@ -349,7 +349,8 @@ class PartitionProcessor:
                                  **task_context(run.task))
         if called.raised:
             if self.recorder is not None:
-                self.recorder.record("task_failed", self.partition, None, run.task.task_id, run.task.parent_task_id,
+                self.recorder.record("task_failed", self.partition, run.first_offset, run.task.task_id,
+                                     run.task.parent_task_id,
                                      data={"reason": "hook", "exit_code": result.exit_code, "attempt": run.attempt,
                                            "stderr": f"on_task_complete raised {_exc_text(called.error)}"})
             return Failed(ExecutorError.model_construct(
@@ -359,7 +360,8 @@ class PartitionProcessor:
             ))
         delivered = await self._deliver(called.value, Origin.of(self.partition, [g.message for g in run.groups],
                                                                 stage="task", task_id=run.task.task_id))
-        events.emit("task_complete", self.recorder, partition=self.partition, **task_context(run.task),
+        events.emit("task_complete", self.recorder, partition=self.partition, offset=run.first_offset,
+                    **task_context(run.task),
                     duration=round(time.monotonic() - started, 6), output_message_count=delivered)
         return outcome
 

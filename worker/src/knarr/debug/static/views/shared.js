@@ -40,8 +40,9 @@ export function kindBadge(kind) {
   return h("span", { class: `badge badge-${tone}`, testid: "event-kind" }, kind);
 }
 
-// Task events name their task, not their message: the task's task_queued event knows the offsets,
-// so the link asks for it when clicked and opens that message's trace.
+// Task events carry the offset of their task's first message; those a recorder wrote before they
+// did name only their task: the task's task_queued event knows the offsets, so the link asks for
+// it when clicked and opens that message's trace.
 export function taskTraceLink(taskId, partition) {
   if (!taskId) return "–";
   const link = h("a", {
