@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -96,6 +97,12 @@ class RecorderOverhead:
         """Worker CPU per task added by the recorder, median over the pairs."""
         return statistics.median(on.cpu_us - off.cpu_us for off, on in self.pairs())
 
+    def interval(self, draws: int = 10_000) -> tuple[float, float]:
+        """Where the median of the pairs' costs lies with 95 % confidence (a bootstrap over the pairs)."""
+        costs, pick = self.costs(), random.Random(0)
+        medians = sorted(statistics.median(pick.choices(costs, k=len(costs))) for _ in range(draws))
+        return medians[int(draws * 0.025)], medians[int(draws * 0.975) - 1]
+
     @property
     def ok(self) -> bool:
         return self.cost_percent <= TARGET_COST_PERCENT
@@ -119,8 +126,10 @@ class RecorderOverhead:
         costs = sorted(self.costs())
         lines.append(f"  pairs' costs, sorted: {', '.join(f'{c:+.1f}' for c in costs)} %   (runs of one side spread "
                      f"{self.spread_percent:.0f} % on this machine)")
-        lines.append(f"  cost: {self.cost_percent:+.1f} % throughput (median of the pairs), {self.cpu_cost_us:+.1f} us "
-                     f"worker CPU/task   target <= {TARGET_COST_PERCENT:.0f} %   {'PASS' if self.ok else 'MISS'}")
+        low, high = self.interval()
+        lines.append(f"  cost: {self.cost_percent:+.1f} % throughput (median of the pairs; 95 % bootstrap interval "
+                     f"{low:+.1f} to {high:+.1f} %), {self.cpu_cost_us:+.1f} us worker CPU/task   "
+                     f"target <= {TARGET_COST_PERCENT:.0f} %   {'PASS' if self.ok else 'MISS'}")
         if self.record_us:
             lines.append(f"  per event: record() {self.record_us:.2f} us on the event loop, written by the "
                          f"recorder's thread in {self.write_us:.2f} us; {per_task:.1f} events per task -> "
