@@ -120,11 +120,12 @@ class RecorderOverhead:
         per_task = statistics.median(r.events / r.tasks for r in on_runs) if on_runs else 0.0
         lines = [f"flight recorder overhead ({self.messages} messages, one {BINARY} task each, {len(pairs)} pairs of "
                  f"runs, off and on back to back)"]
-        for off, on in pairs:
+        costs = self.costs()
+        for (off, on), cost in zip(pairs, costs):
             lines.append(f"    off {off.rate:6.0f} tasks/s {off.cpu_us:6.1f} us CPU/task | on {on.rate:6.0f} tasks/s "
-                         f"{on.cpu_us:6.1f} us CPU/task, {on.events} events | cost {(1 - on.rate / off.rate) * 100:+5.1f} %")
-        costs = sorted(self.costs())
-        lines.append(f"  pairs' costs, sorted: {', '.join(f'{c:+.1f}' for c in costs)} %   (runs of one side spread "
+                         f"{on.cpu_us:6.1f} us CPU/task, {on.events} events | cost {cost:+5.1f} %")
+        shown = ", ".join(f"{c:+.1f}" for c in sorted(costs))
+        lines.append(f"  pairs' costs, sorted: {shown} %   (runs of one side spread "
                      f"{self.spread_percent:.0f} % on this machine)")
         low, high = self.interval()
         lines.append(f"  cost: {self.cost_percent:+.1f} % throughput (median of the pairs; 95 % bootstrap interval "

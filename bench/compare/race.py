@@ -38,11 +38,13 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # tests.services.kafka: the broker and topic helpers
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # bench/engine.py: make bench's reader of /proc CPU figures
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition  # noqa: E402
 from knarr.kafka.clients import close_consumer, close_producer, open_consumer, open_producer, shared_admin  # noqa: E402
 
 import report  # noqa: E402
+from engine import stat_cpu_seconds  # noqa: E402
 from rows import (ENGINES, ROWS, Figure, Limits, Row, Topics, WrongOutput, check_outputs, drakkar_config,  # noqa: E402
                   figure, handler_spec, knarr_config, message)
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
@@ -63,8 +65,7 @@ class RunFailed(RuntimeError):
 # --- the worker process, seen from outside ----------------------------------------------------
 def process_cpu_seconds(pid: int) -> float:
     """utime + stime of the process (all its threads); its children are not in these fields."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
 
 
 def peak_rss_bytes(pid: int) -> int:

@@ -90,8 +90,7 @@ class ExecutorTask(BaseModel):
     def _name_unknown_fields(cls, data: Any) -> Any:
         if isinstance(data, dict) and not data.keys() <= _TASK_FIELDS:  # a set test: every arrange() builds tasks
             unknown = [key for key in data if key not in _TASK_FIELDS]
-            if unknown:
-                raise ValueError("; ".join(unknown_task_field(key, sorted(cls.model_fields)) for key in unknown))
+            raise ValueError("; ".join(unknown_task_field(key, sorted(_TASK_FIELDS)) for key in unknown))
         return data
 
     @model_validator(mode="after")
