@@ -241,3 +241,16 @@ with contain_tasks(use_cgroup=False):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[0] == "400 []"
+
+
+def _ignored_signals(status: str) -> set[int]:
+    mask = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+    return {number for number in range(1, 65) if mask >> (number - 1) & 1}
+
+
+async def test_a_task_starts_with_sigpipe_and_sigxfsz_at_their_defaults_as_subprocess_would_give_them():
+    """Python ignores both; left so, `yes | head -1` in a task's shell complains of a broken pipe."""
+    status = await run_process(["cat", "/proc/self/status"], stdin=None, env=None, timeout=10)
+    assert not _ignored_signals(status.stdout) & {13, 25}  # SIGPIPE, SIGXFSZ
+    piped = await run_process(["sh", "-c", "yes | head -1"], stdin=None, env=None, timeout=10)
+    assert (piped.exit_code, piped.stdout, piped.stderr) == (0, "y\n", "")

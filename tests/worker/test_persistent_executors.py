@@ -9,6 +9,7 @@ in C, written from the protocol's document alone.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -104,6 +105,25 @@ async def run_jobs(bootstrap: str, jobs: list[dict], handler: Jobs | None = None
 
 def persistent(**settings) -> dict:
     return {"persistent": {"command": BEHAVE_PERSISTENT, **settings}}
+
+
+async def test_a_program_starts_with_sigpipe_and_sigxfsz_at_their_defaults(tmp_path):
+    """The trampoline is a Python, which ignores both at start-up; the program it becomes must not inherit that."""
+    from knarr.config.loading import config_from_dict
+    from knarr.engine.persistent import ProgramPool
+
+    status = tmp_path / "status"
+    command = ["sh", "-c", f"cat /proc/$$/status > {status}; exec {shlex.join(BEHAVE_PERSISTENT)}"]
+    config = config_from_dict({"executor": {"persistent": {"command": command}},
+                               "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}}})
+    pool = ProgramPool(config.executor, {})
+    try:
+        outcome = await pool.run(tuple(command), knarr.ExecutorTask(args=["out=ok"]), 30)
+    finally:
+        await pool.close()
+    assert (outcome.exit_code, outcome.stdout) == (0, "ok\n")
+    mask = int(next(line for line in status.read_text().splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+    assert not mask & (1 << 12 | 1 << 24)  # SIGPIPE (13), SIGXFSZ (25)
 
 
 # --- parity with spawn mode -----------------------------------------------------------------------

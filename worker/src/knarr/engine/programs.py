@@ -25,7 +25,7 @@ import sys
 from collections.abc import Mapping
 
 from knarr.engine import processes
-from knarr.engine.spawner import leaders, listing
+from knarr.engine.spawner import RESET_SIGNALS, leaders, listing
 from knarr.engine.frames import Decoder, Frame, FrameError
 from knarr.observability import metrics
 
@@ -33,10 +33,13 @@ STDERR_TAIL_BYTES = 4096  # a program's own stderr (outside frames): the last of
 _READ_BYTES = 1 << 16
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
-# Runs in `python -I -S -c`: the parent-death signal, then exec the program (same pid).
+# Runs in `python -I -S -c`: the parent-death signal, then exec the program (same pid). That
+# Python ignores SIGPIPE and SIGXFSZ again at start-up, so it puts them back before the exec.
 _TRAMPOLINE = r"""
-import ctypes, os, sys
+import ctypes, os, signal, sys
 ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG = 1, SIGKILL = 9
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
 if os.getppid() != int(sys.argv[1]):
     os._exit(70)  # the worker was gone before the signal was armed
 try:
@@ -92,7 +95,8 @@ def _spawn(command: tuple[str, ...], env: dict[str, str]) -> tuple[int, int, int
         argv = [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(os.getpid()), *command]
         actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
         with listing:  # listed before containment's reaper can see it: the reaper leaves it to us
-            pid = os.posix_spawn(sys.executable, argv, env, file_actions=actions, setsid=True)
+            pid = os.posix_spawn(sys.executable, argv, env, file_actions=actions, setsid=True,
+                                 setsigdef=RESET_SIGNALS)
             leaders.add(pid)
     except BaseException:
         for fd in fds:

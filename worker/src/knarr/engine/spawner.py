@@ -10,7 +10,8 @@ starts. bench/spawners.py measures this beside the other ways (the loop itself, 
 calling os.posix_spawnp, a helper process) and the same spawns from C.
 
 What a spawn does, all of it on the spawner thread: the memfds for stdout and stderr (and
-stdin, written and rewound), the spawn in a new session, and a pidfd for the child. The loop
+stdin, written and rewound), the spawn in a new session with SIGPIPE and SIGXFSZ back at
+their defaults, and a pidfd for the child. The loop
 puts a request on a queue and awaits a future; results come back in batches, one wake-up of
 the loop for however many spawns finished meanwhile.
 
@@ -38,7 +39,9 @@ from dataclasses import dataclass
 from knarr.engine.capture import CapturedStream
 from knarr.observability.logging import get_logger
 
-_POSIX_SPAWN_SETSID = 0x80  # glibc's value (spawn.h); os exposes the flag only as setsid=True
+_POSIX_SPAWN_SETSIGDEF = 0x04  # glibc's values (spawn.h); os exposes them only as keyword arguments
+_POSIX_SPAWN_SETSID = 0x80
+_SIGSET_BYTES = 128  # sizeof(sigset_t) on glibc
 _ATTR_BYTES = 512  # sizeof(posix_spawnattr_t) is 336 on glibc x86-64/arm64; room to spare
 _ACTIONS_BYTES = 256  # sizeof(posix_spawn_file_actions_t) is 80
 
@@ -63,6 +66,11 @@ _actions_open.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes
 _memfd_create = _libc_held.memfd_create
 _memfd_create.argtypes = [ctypes.c_char_p, ctypes.c_uint]
 _environ = ctypes.c_void_p.in_dll(_libc, "environ")
+
+# Python ignores these at start-up and an ignored signal stays ignored across exec: without the
+# reset, `yes | head -1` in a task's shell prints "Broken pipe" and a file past RLIMIT_FSIZE gives
+# EFBIG instead of the signal. subprocess (restore_signals=True) resets the same two.
+RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 def _memfd(name: bytes) -> int:
@@ -201,8 +209,13 @@ class Spawner:
         self._done: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
         self._env = _EnvCache()
         self._attr = ctypes.create_string_buffer(_ATTR_BYTES)
+        self._defaults = ctypes.create_string_buffer(_SIGSET_BYTES)
+        _libc.sigemptyset(self._defaults)
+        for number in RESET_SIGNALS:
+            _libc.sigaddset(self._defaults, int(number))
         _libc.posix_spawnattr_init(self._attr)
-        _libc.posix_spawnattr_setflags(self._attr, ctypes.c_short(_POSIX_SPAWN_SETSID))
+        _libc.posix_spawnattr_setsigdefault(self._attr, self._defaults)
+        _libc.posix_spawnattr_setflags(self._attr, ctypes.c_short(_POSIX_SPAWN_SETSID | _POSIX_SPAWN_SETSIGDEF))
 
     # --- the loop's side ---------------------------------------------------------------------
     async def spawn(self, argv: list[str], stdin: str | None, env: dict[str, str] | None, cap: int) -> Spawned:
