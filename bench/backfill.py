@@ -22,6 +22,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # the Kafka test-broker helpers live in tests/services
 
+from knarr.engine import event_loop  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.demo.data import write_corpus  # noqa: E402
 from knarr.demo.handler import SearchHandler  # noqa: E402
@@ -86,7 +87,7 @@ def main() -> int:
           f"max_executors={args.max_executors}; {cpus} CPUs")
 
     s_out = work / "streaming"
-    s_seconds = asyncio.run(streaming(config(s_out, brokers, topic, args.max_executors), s_out, n))
+    s_seconds = event_loop.run(streaming(config(s_out, brokers, topic, args.max_executors), s_out, n))
     s_rate = n / s_seconds
     print(f"streaming worker (1 process):        {s_seconds:7.2f}s  {s_rate:8.1f} msg/s  (incl. group join)")
 

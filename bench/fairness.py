@@ -35,6 +35,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # for tests.services.kafka (broker start and topic helpers)
 
+from knarr.engine import event_loop  # noqa: E402
 import knarr  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
@@ -251,4 +252,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(event_loop.run(main()))  # the loop `knarr run` gives a worker

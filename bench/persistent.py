@@ -36,6 +36,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
+from knarr.engine import event_loop  # noqa: E402
 import knarr  # noqa: E402
 from engine import Figure, TimedSource, cpu_self, prefill, stat_cpu_seconds  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
@@ -200,4 +201,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(event_loop.run(main()))  # the loop `knarr run` gives a worker

@@ -12,7 +12,6 @@ size it prints the median time of one batch and the rows per second; then the sa
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import json
 import os
@@ -23,6 +22,8 @@ import time
 from pathlib import Path
 
 import asyncpg
+
+from knarr.engine import event_loop
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = ("id", "name", "score", "at", "attrs")
@@ -107,4 +108,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(event_loop.run(main()))  # the loop `knarr run` gives a worker

@@ -13,7 +13,6 @@ pre-fill) count for the loop thread.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import os
 import re
@@ -22,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from knarr.engine import event_loop
 
 BENCH = Path(__file__).resolve().parent
 
@@ -52,8 +53,9 @@ def summarize(raw: Path, top: int) -> None:
         frames = stack.split(";")
         thread, frames = frames[0], frames[1:]
         if "MainThread" in thread:
-            if not any("_run_once" in f for f in frames):
-                continue  # not inside the event loop (start-up, the topic pre-fill)
+            # Inside the loop's run (asyncio.Runner, under uvloop too), and not the topic pre-fill
+            if not any("runners.py" in f for f in frames) or any("prefill" in f for f in frames):
+                continue
             who = "event loop thread"
         elif any("spawner.py" in f for f in frames):
             who = "spawner thread"
@@ -84,7 +86,7 @@ def main() -> int:
     parser.add_argument("--run", action="store_true", help=argparse.SUPPRESS)  # the profiled child
     args = parser.parse_args()
     if args.run:
-        asyncio.run(_run(args.messages, args.max_executors))
+        event_loop.run(_run(args.messages, args.max_executors))
         return 0
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     with tempfile.TemporaryDirectory() as tmp:

@@ -40,6 +40,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # the HTTP test server's helper lives in tests/services
 
+from knarr.engine import event_loop  # noqa: E402
 from knarr import BaseHandler, CollectResult, HttpPayload, MongoPayload, PostgresPayload, RedisPayload  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.sinks import build_sinks  # noqa: E402
@@ -285,7 +286,7 @@ def main() -> int:
     for name in args.sinks.split(","):
         case = builders[name](run)
         deliveries = args.http_deliveries if name == "http" else args.deliveries
-        result = asyncio.run(race(case, deliveries, args.batch, args.rounds, args.concurrency))
+        result = event_loop.run(race(case, deliveries, args.batch, args.rounds, args.concurrency))
         results.append(result)
         print(f"{name:<9} {result['payloads_per_round']:>9} {result['knarr_per_s']:>9} {result['raw_per_s']:>9} "
               f"{result['ratio']:>9.2f} {result['median_ratio']:>9.2f}", flush=True)

@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from knarr.engine import event_loop
 from knarr.engine.capture import CapturedStream
 from knarr.engine.processes import run_process
 from knarr.observability.loop_lag import LoopLagProbe
@@ -283,4 +284,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(event_loop.run(main()))  # the loop `knarr run` gives a worker

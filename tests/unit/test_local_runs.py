@@ -143,3 +143,38 @@ def test_a_stop_whose_drain_times_out_exits_with_code_5(tmp_path):
         return await run
 
     assert asyncio.run(scenario()) == ExitCode.DRAIN_INCOMPLETE
+
+
+LOOP_REPORTING = '''
+import asyncio
+import knarr
+
+class Handler(knarr.BaseHandler):
+    async def arrange(self, messages, pending):
+        return [knarr.ExecutorTask(args=["-c", "true"], source_offsets=[m.offset]) for m in messages]
+
+    async def on_task_complete(self, result):
+        loop = type(asyncio.get_running_loop())
+        return knarr.CollectResult(files=[knarr.FilePayload(path="loops.jsonl", data={"loop": loop.__module__})])
+'''
+
+
+def test_knarr_run_runs_on_uvloop_unless_the_config_asks_for_asyncio(tmp_path):
+    for choice, expected in ((None, "uvloop"), ("asyncio", "asyncio.unix_events")):
+        base = tmp_path / (choice or "default")
+        base.mkdir()
+        config = pipeline(base, LOOP_REPORTING, 4)
+        if choice:
+            config.write_text(json.dumps({**json.loads(config.read_text()), "event_loop": choice}))
+        proc = run(config)
+        assert proc.returncode == ExitCode.OK, proc.stderr
+        loops = {json.loads(line)["loop"] for line in (base / "out" / "loops.jsonl").read_text().splitlines()}
+        assert loops == {expected}
+
+
+def test_an_unknown_event_loop_is_refused_naming_the_choices(tmp_path):
+    config = pipeline(tmp_path, LOOP_REPORTING, 1)
+    config.write_text(json.dumps({**json.loads(config.read_text()), "event_loop": "trio"}))
+    proc = run(config)
+    assert proc.returncode == ExitCode.USAGE
+    assert "event_loop" in proc.stderr and "'uvloop' or 'asyncio'" in proc.stderr

@@ -107,3 +107,22 @@ def test_stall_warnings_are_rate_limited_and_count_what_they_held_back():
         assert [(e["lag_seconds"], e["more_stalls_suppressed"]) for e in logged] == [(0.7, 2)]
     finally:
         structlog.configure(**saved)
+
+
+def test_a_blocked_uvloop_shows_the_same_lag():
+    """uvloop's loop.time() moves in whole milliseconds once per turn; the probe reads the monotonic clock."""
+    import uvloop
+
+    async def blocked() -> list[float]:
+        probe = LoopLagProbe(interval=0.01, stall_seconds=10)
+        probe.samples = []
+        watching = asyncio.create_task(probe.run())
+        await asyncio.sleep(0.05)
+        time.sleep(0.3)
+        await asyncio.sleep(0.05)
+        watching.cancel()
+        return probe.samples
+
+    samples = uvloop.run(blocked())
+    assert 0.25 <= max(samples) < 0.4
+    assert sorted(samples)[len(samples) // 2] < 0.005  # unblocked turns: on time

@@ -16,6 +16,7 @@ from knarr.loader import load_handler_class
 from knarr.observability.progress import progress_bar
 from knarr.observability.termination import describe_error, record_exit
 from knarr.observability.task_failures import task_failures
+from knarr.engine import event_loop
 from knarr.engine.containment import contain_tasks
 from knarr.engine.worker import Worker
 
@@ -51,7 +52,7 @@ def run_command(config_path: str | None, handler_option: str | None, progress: b
     started = time.monotonic()
     # This process is the worker's own: it may become the subreaper and cgroup of its tasks.
     with contain_tasks(config.executor.task_cgroup):
-        code = asyncio.run(_run_with_progress(worker, progress and bounded))
+        code = event_loop.run(_run_with_progress(worker, progress and bounded), config.event_loop)
     task_failures.flush(now=math.inf)  # a storm's last "N more" line, even if its window was still open
     if not bounded:
         record_exit(code, exit_detail(code, worker))

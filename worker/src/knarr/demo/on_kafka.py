@@ -14,6 +14,7 @@ from knarr.config.loading import config_from_dict
 from knarr.kafka import settings
 from knarr.kafka.clients import close_consumer, close_producer, open_consumer, open_producer, shared_admin
 from knarr.demo.handler import SearchHandler
+from knarr.engine import event_loop
 from knarr.engine.worker import Worker
 
 
@@ -72,7 +73,7 @@ def run_on_kafka(base: Path, requests: Path, bootstrap: str, grep: str) -> int:
         worker.stop()
         return await task
 
-    code = asyncio.run(main())
+    code = event_loop.run(main(), config.event_loop)
     rows = _read(bootstrap, summaries, len(lines), 30)
     print(f"knarr demo on Kafka {bootstrap}: {len(lines)} requests on {source!r} -> {len(rows)} summaries on {summaries!r}")
     for row in rows[:5]:

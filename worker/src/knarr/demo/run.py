@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 from knarr.config.loading import config_from_dict
 from knarr.demo.data import write_corpus, write_requests
 from knarr.demo.handler import SearchHandler
+from knarr.engine import event_loop
 from knarr.engine.worker import Worker
 
 
@@ -40,7 +40,7 @@ def run_demo(out: str, kafka: str | None = None) -> int:
         "logging": {"level": "WARNING", "format": "console"},
     })
     before = _lines(base / "results" / "summaries.jsonl")
-    code = asyncio.run(Worker(config, SearchHandler()).run())
+    code = event_loop.run(Worker(config, SearchHandler()).run(), config.event_loop)
     summaries = _lines(base / "results" / "summaries.jsonl")
     new = summaries[len(before):]
     print(f"knarr demo: {len(new)} request(s) processed this run, {len(summaries)} summaries in total")

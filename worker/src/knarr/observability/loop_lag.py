@@ -53,8 +53,8 @@ class LoopLagProbe:
                         threshold_seconds=self.stall_seconds, more_stalls_suppressed=suppressed)
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
+        # The monotonic clock, not loop.time(): uvloop's is in whole milliseconds, read once per turn.
         while True:
-            due = loop.time() + self.interval
+            due = time.monotonic() + self.interval
             await asyncio.sleep(self.interval)
-            self.observe(max(0.0, loop.time() - due))
+            self.observe(max(0.0, time.monotonic() - due))
