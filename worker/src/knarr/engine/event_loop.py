@@ -6,7 +6,9 @@ code: each callback, timer and reader registration costs a few microseconds of i
 does the same in compiled code over libuv; on the W1 benchmark it takes 11–15 % off the
 worker's CPU per task and runs 7–17 % more persistent-mode tasks per second (README,
 Performance). ``event_loop: asyncio`` in the config is the way back, should a library a
-handler uses not work on uvloop.
+handler uses not work on uvloop. One thing is slower on uvloop: a hook that starts processes
+itself through ``asyncio.create_subprocess_exec`` (441 a second here, against 1,103 on
+asyncio's loop). Tasks never take that path (spawner.py); work that does belongs in tasks.
 
 Only the processes knarr starts itself (``knarr run``, ``knarr demo``) choose: a Worker
 embedded in an application's own ``asyncio.run`` runs on whatever loop that gives it.
