@@ -22,10 +22,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # the Kafka test-broker helpers live in tests/services
 
-from knarr.engine import event_loop  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.demo.data import write_corpus  # noqa: E402
 from knarr.demo.handler import SearchHandler  # noqa: E402
+from knarr.engine import event_loop  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
 from knarr_spark.job import BackfillRequest, KafkaSlice, run_backfill, spark_session  # noqa: E402
 from tests.services.kafka import create_topic, end_offsets, ensure_kafka, produce_json, unique_name  # noqa: E402

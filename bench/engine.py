@@ -56,9 +56,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # for tests.services.kafka (broker start and topic helpers)
 sys.path.insert(0, str(REPO_ROOT / "bench"))  # for persistent.py and recorder.py, the rows of the other modes
 
-from knarr.engine import event_loop  # noqa: E402
 import knarr  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
+from knarr.engine import event_loop  # noqa: E402
 from knarr.engine.processes import run_process  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.loop_lag import LoopLagProbe  # noqa: E402

@@ -36,13 +36,14 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-from knarr.engine import event_loop  # noqa: E402
 import knarr  # noqa: E402
 from engine import Figure, TimedSource, cpu_self, prefill, stat_cpu_seconds  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
+from knarr.engine import event_loop  # noqa: E402
 from knarr.engine.persistent import ProgramPool  # noqa: E402
 from knarr.engine.processes import run_process  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
+from knarr.observability.logging import configure_logging  # noqa: E402
 from knarr.sources.kafka import KafkaSource  # noqa: E402
 
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
@@ -102,6 +103,7 @@ async def _lanes(run_one, count: int, concurrency: int) -> Figure:
 
 async def executor_rates(count: int, concurrency: int) -> dict[str, Figure]:
     """Echo tasks through each mode's executor path, ``concurrency`` at a time; programs started beforehand."""
+    configure_logging("WARNING")  # no Worker here to set the level: the pools' debug lines stay out of the report
     figures = {"spawn": await _lanes(lambda: run_process([SPAWN_BINARY, "x"], stdin=None, env=None, timeout=30),
                                      count, concurrency)}
     programs = {"persistent": ECHO_PROGRAM}

@@ -32,8 +32,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # for tests.services.kafka (broker start and topic helpers)
 
-from knarr.engine import event_loop  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
+from knarr.engine import event_loop  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
 from knarr.sources.kafka import KafkaSource  # noqa: E402
 

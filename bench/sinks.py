@@ -40,9 +40,9 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # the HTTP test server's helper lives in tests/services
 
-from knarr.engine import event_loop  # noqa: E402
 from knarr import BaseHandler, CollectResult, HttpPayload, MongoPayload, PostgresPayload, RedisPayload  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
+from knarr.engine import event_loop  # noqa: E402
 from knarr.sinks import build_sinks  # noqa: E402
 from knarr.sinks.delivery import Origin, SinkManager  # noqa: E402
 
