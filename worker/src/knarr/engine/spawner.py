@@ -11,9 +11,9 @@ calling os.posix_spawnp, a helper process) and the same spawns from C.
 
 What a spawn does, all of it on the spawner thread: the memfds for stdout and stderr (and
 stdin, written and rewound), the spawn in a new session with SIGPIPE and SIGXFSZ back at
-their defaults, and a pidfd for the child. The loop
-puts a request on a queue and awaits a future; results come back in batches, one wake-up of
-the loop for however many spawns finished meanwhile.
+their defaults, and a pidfd for the child. The loop puts a request on a queue and awaits a
+future; results come back in batches, one wake-up of the loop for however many spawns
+finished meanwhile.
 
 Launch failures keep their meaning: exec's errno comes back as the ``OSError`` os.posix_spawnp
 would raise, and arguments exec cannot take (a NUL byte, a name with '=') as the ``ValueError``
