@@ -46,16 +46,20 @@ def test_a_drakkar_key_lands_on_its_knarr_key(drakkar, knarr_key, value):
 
 
 @pytest.mark.parametrize("drakkar, key, words", [
-    ({"ui": {"enabled": True, "port": 8080}}, "ui", "no debug UI"),
-    ({"debug": {"enabled": True}}, "debug", "no debug UI"),
+    ({"ui": {"enabled": True, "port": 8080}}, "ui", "debug UI of its own, set up under debug:"),
+    ({"debug": {"enabled": True}}, "debug", "debug UI of its own, set up under debug:"),
     ({"cache": {"enabled": True, "peer_sync": {"enabled": True}}}, "cache.peer_sync", "set cache.shared.url"),
     ({"sources": {"kafka": {"enabled": True, "on_parse_error": "raise"}}}, "sources.kafka.on_parse_error",
      "value 'raise' has no knarr equivalent"),
     ({"sources": {"kafka": {"enabled": False}}}, "sources.kafka.enabled", "always consumes the Kafka source"),
     ({"sources": {"kafka": {"topic": "t"}}}, "sources.kafka.enabled", "unset, which in Drakkar 2.x means"),
     ({"sources": {"http": {"enabled": True}}}, "sources.http", "no HTTP source"),
-    ({"executor": {"env_inherit_deny": ["*SECRET*"]}}, "executor.env_inherit_deny", "does not filter"),
-    ({"executor": {"max_stdout_bytes": 1024}}, "executor.max_stdout_bytes", "whole stdout"),
+    ({"executor": {"env_inherit_deny": ["*SECRET*"]}}, "executor.env_inherit_deny", "never reaches a task"),
+    ({"executor": {"env_inherit_parent": True}}, "executor.env_inherit_parent", "executor.env_inherit names"),
+    ({"executor": {"max_stdout_bytes": 1024}}, "executor.max_stdout_bytes", "executor.max_output_bytes"),
+    ({"executor": {"max_stderr_bytes": 0}}, "executor.max_stderr_bytes", "never unlimited"),
+    ({"sinks": {"custom": {"audit": {"class": "x"}}}}, "sinks.custom", "port each one as a plug-in"),
+    ({"kafka": {"ui_url": "http://kafka-ui"}}, "kafka.ui_url", "debug.custom_links"),
     ({"sinks": {"postgres": {"db": {"dsn": "x", "statements": {"a": "select 1"}}}}},
      "sinks.postgres.db.statements", "named statements"),
     ({"sinks": {"circuit_breaker": {"failure_threshold": 3}}}, "sinks.circuit_breaker", "no circuit breaker"),
@@ -74,7 +78,6 @@ def test_a_key_without_equivalent_is_listed_with_its_reason(drakkar, key, words)
     ({"cache": {"enabled": True, "peer_sync": {"enabled": False}}}, "cache.peer_sync"),
     ({"sources": {"kafka": {"enabled": True}, "http": {"enabled": False}}}, "sources.http"),
     ({"sources": {"kafka": {"enabled": True}}}, "sources.kafka.enabled"),
-    ({"executor": {"max_stdout_bytes": 0}}, "executor.max_stdout_bytes"),
     ({"logging": {"output": "stderr"}}, "logging.output"),
     ({"sinks": {"http": {"h": {"url": "http://h", "encoding": "json"}}}}, "sinks.http.h.encoding"),
 ])
@@ -179,7 +182,7 @@ def test_the_command_exits_1_listing_each_key_without_equivalent(tmp_path):
     proc = _cli(str(source), "-o", str(tmp_path / "knarr.yaml"), "--env-file", str(env_file),
                 "--env-out", str(tmp_path / "knarr.env"))
     assert proc.returncode == 1
-    assert "ui: knarr has no debug UI" in proc.stderr
+    assert "ui: knarr has a flight recorder and debug UI of its own" in proc.stderr
     assert "env DK_UI__PORT:" in proc.stderr
     assert (tmp_path / "knarr.env").read_text() == "KNARR_KAFKA__BROKERS=b:1\n"
 

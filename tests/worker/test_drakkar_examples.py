@@ -106,10 +106,11 @@ async def test_the_char_counter_counts_each_file_and_summarises_each_window(kafk
     ported = port(tmp_path, "char_counter.py", "char_counter.yaml", deployment(
         kafka_bootstrap, "DK_KAFKA__SOURCE_TOPIC", src, DK_EXECUTOR__BINARY_PATH=counter,
         DK_SINKS__KAFKA__COUNTS__TOPIC=counts, DK_SINKS__KAFKA__WINDOWS__TOPIC=windows, DK_LOGGING__LEVEL="DEBUG"))
-    # The debug UI has no knarr equivalent: listed, and the command says so with exit 1.
+    # Drakkar's UI settings do not carry over to knarr's own: listed, and the command says so with exit 1.
     assert ported.exit_code == 1
-    for key in ("kafka.ui_url", "kafka.ui_cluster_name", "debug"):
-        assert f"    {key}: knarr has no debug UI" in ported.report
+    for key in ("kafka.ui_url", "kafka.ui_cluster_name"):
+        assert f"    {key}: knarr's debug UI links to other tools through debug.custom_links" in ported.report
+    assert "    debug: knarr has a flight recorder and debug UI of its own" in ported.report
     assert (ported.config.executor.window_size, ported.config.executor.max_retries) == (5, 1)
 
     async with running(Worker(ported.config, ported.handler("CharCounter"))):
@@ -147,7 +148,13 @@ async def test_the_fanout_search_aggregates_each_request_with_drakkars_error_kin
         kafka_bootstrap, "DK_SOURCES__KAFKA__TOPIC", src, DK_EXECUTOR__BINARY_PATH=search,
         DK_SINKS__KAFKA__MATCHES__TOPIC=matches, DK_SINKS__KAFKA__SUMMARIES__TOPIC=summaries),
         knarr_env={"KNARR_EXECUTOR__METRIC_LABELS": '["tier"]'})
-    assert ported.exit_code == 0, ported.report  # everything maps, or is already knarr's behaviour
+    # Two settings do not carry over: knarr's environment allow-list and output cap are its own, and the
+    # command says so with exit 1; everything else maps, or is already knarr's behaviour.
+    assert ported.exit_code == 1, ported.report
+    dropped = ported.report.split("NOT carried over", 1)[1]
+    assert "executor.env_inherit_parent: a knarr task gets only" in dropped
+    assert "executor.max_stdout_bytes: knarr keeps at most executor.max_output_bytes" in dropped
+    assert dropped.count("\n    ") == 2
     assert "ignored ui: disabled" in ported.report
     assert (ported.config.source.on_parse_error, ported.config.dlq.on_send_failure) == ("dlq", "stall")
     assert ported.config.kafka.extra == {"client.id": "search-worker"}

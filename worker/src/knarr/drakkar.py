@@ -44,7 +44,7 @@ BaseDrakkarHandler = BaseHandler
 NOT_IN_KNARR = {
     "DrakkarApp": "knarr runs a handler with `knarr run --config knarr.yaml --handler module:Class`",
     "DrakkarHandler": "subclass BaseDrakkarHandler (knarr's BaseHandler)",
-    "CustomPayload": "knarr has no custom sink plugins; use one of the built-in sink payloads",
+    "CustomPayload": "port the custom sink as a knarr plug-in sink and return PluginPayload (docs/plugins.md)",
     "PostgresOp": "knarr's PostgresPayload inserts rows; other operations are not supported yet",
     "RedisOp": "knarr's RedisPayload sets a key; other operations are not supported yet",
     "MessageParseError": "knarr sets msg.parse_error and applies source.on_parse_error",
@@ -60,11 +60,13 @@ NOT_IN_KNARR = {
     "KafkaSourceConfig": "the source topic is configured under kafka: in knarr's config",
     "SourcesConfig": "the source is configured under kafka: and source: in knarr's config",
     "CacheLike": "type self.cache as knarr.cache.handler_cache.HandlerCache",
-    "AnnotatorLike": "knarr has no debug UI or recorder annotations",
-    "TimelineEventEmitter": "knarr has no debug UI timeline",
-    "NoOpTimelineEventEmitter": "knarr has no debug UI timeline",
-    "TimelineMatch": "knarr has no debug UI timeline",
-    "probe_field": "knarr has no debug UI probe",
+    "AnnotatorLike": "knarr's flight recorder keeps the engine's own events; handlers cannot annotate them",
+    "TimelineEventEmitter": "knarr's debug UI timeline shows the engine's events; handlers cannot add their own",
+    "NoOpTimelineEventEmitter": "knarr's debug UI timeline shows the engine's events; handlers cannot add "
+                                "their own",
+    "TimelineMatch": "knarr's debug UI timeline filters by kind, partition, offset or task; it has no match rules",
+    "probe_field": "knarr's message probe (knarr probe, or the debug UI's) reports every task and hook of a "
+                   "message; it has no per-field markers",
     "load_app_config": "put application settings in your own config; knarr has no app: section",
     "format_rfc3339_micro": "use datetime.isoformat(timespec='microseconds')",
 }

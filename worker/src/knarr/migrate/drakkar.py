@@ -81,7 +81,14 @@ _SINK_KEYS = {
     "redis": ("url", "key_prefix", "ui_url"),
     "filesystem": ("base_path", "ui_url"),
 }
-_NO_UI = "knarr has no debug UI or flight recorder; use its logs and Prometheus metrics"
+_OWN_UI = ("knarr has a flight recorder and debug UI of its own, set up under debug: (debug.enabled, debug.port, "
+           "debug.db_dir, ...: the README's 'Flight recorder and debug UI'); Drakkar's UI settings do not carry "
+           "over")
+_UI_LINK = "knarr's debug UI links to other tools through debug.custom_links ([{title, url}])"
+_ALLOW_LIST = ("a knarr task gets only the worker's variables that executor.env_inherit names (PATH, HOME, LANG, "
+               "LC_*, TZ, TMPDIR by default), then executor.env; name there any others your tasks need")
+_OUTPUT_CAP = ("knarr keeps at most executor.max_output_bytes of each of a task's streams (8 MiB by default, one cap "
+               "for stdout and stderr, at most 256 MiB, never unlimited): set it to the larger of Drakkar's two caps")
 
 
 def _kafka_client(source: str, target: str) -> list[Move]:
@@ -97,8 +104,8 @@ RULES: list[Move | Drop] = [
     Move("cluster_name_env", "cluster_name_env"),
     Move("kafka.brokers", "kafka.brokers"),
     *_kafka_client("kafka", "kafka"),
-    Drop("kafka.ui_url", _NO_UI),
-    Drop("kafka.ui_cluster_name", _NO_UI),
+    Drop("kafka.ui_url", _UI_LINK),
+    Drop("kafka.ui_cluster_name", _UI_LINK),
     # Drakkar 2.x: the Kafka source has its own section.
     Move("sources.kafka.topic", "kafka.source_topic"),
     *[Move(f"sources.kafka.{key}", f"kafka.{key}") for key in _POLL],
@@ -115,12 +122,10 @@ RULES: list[Move | Drop] = [
     Move("kafka.source_topic", "kafka.source_topic"),
     *[Move(f"kafka.{key}", f"kafka.{key}") for key in _POLL],
     *[Move(f"executor.{key}", f"executor.{key}") for key in _EXECUTOR],
-    Drop("executor.env_inherit_parent", "knarr subprocesses always inherit the worker's environment",
-         harmless=_equals(True)),
-    Drop("executor.env_inherit_deny", "knarr does not filter the inherited environment; keep secrets out of "
-         "the worker's environment or unset them in executor.env"),
-    Drop("executor.max_stdout_bytes", "knarr keeps a task's whole stdout", harmless=_equals(0)),
-    Drop("executor.max_stderr_bytes", "knarr keeps a task's whole stderr", harmless=_equals(0)),
+    Drop("executor.env_inherit_parent", _ALLOW_LIST),
+    Drop("executor.env_inherit_deny", f"{_ALLOW_LIST}: a variable it does not name never reaches a task"),
+    Drop("executor.max_stdout_bytes", _OUTPUT_CAP),
+    Drop("executor.max_stderr_bytes", _OUTPUT_CAP),
     *[Move(f"sinks.{kind}.*.{key}", f"sinks.{kind}.*.{key}") for kind, keys in _SINK_KEYS.items() for key in keys],
     *_kafka_client("sinks.kafka.*", "sinks.kafka.*"),
     Drop("sinks.kafka.*.flush_timeout_seconds", "knarr flushes a Kafka sink on each delivery and on shutdown, "
@@ -129,7 +134,8 @@ RULES: list[Move | Drop] = [
     Drop("sinks.mongo.*.statements", "knarr's MongoPayload inserts documents; named statements are not supported"),
     Drop("sinks.redis.*.scripts", "knarr's RedisPayload sets keys; scripts are not supported"),
     Drop("sinks.http.*.encoding", "knarr's HTTP sink sends JSON only", harmless=_equals("json")),
-    Drop("sinks.custom", "knarr has no custom sink plugins", harmless=lambda v: not v),
+    Drop("sinks.custom", "knarr's plug-in sinks (sinks.plugin, PluginPayload: docs/plugins.md) take the place of "
+         "custom sinks; port each one as a plug-in", harmless=lambda v: not v),
     Drop("sinks.delivery_timeout_seconds", "knarr bounds deliveries by each sink's own timeout and retries"),
     Drop("sinks.circuit_breaker", "knarr retries a failing sink with backoff (on_delivery_error) and has no "
          "circuit breaker"),
@@ -145,8 +151,8 @@ RULES: list[Move | Drop] = [
     Move("logging.level", "logging.level"),
     Move("logging.format", "logging.format"),
     Drop("logging.output", "knarr logs to stderr", harmless=_equals("stderr")),
-    Drop("ui", _NO_UI, harmless=_disabled),
-    Drop("debug", _NO_UI, harmless=_disabled),
+    Drop("ui", _OWN_UI, harmless=_disabled),
+    Drop("debug", _OWN_UI, harmless=_disabled),
     Drop("throughput", "knarr has no throughput cost accounting"),
     Drop("runtime_health", "knarr's /healthz checks the event loop; there is no stall sampler",
          harmless=_disabled),
