@@ -35,6 +35,8 @@ FILE_SINK = {"sinks": {"filesystem": {"out": {"base_path": "/tmp/out"}}}}
     ({"dlq": {"on_send_failure": "stall"}}, "dlq.on_send_failure", "stall"),
     ({"worker_name_env": "POD"}, "worker_name_env", "POD"),
     ({"cache": {"enabled": True, "max_memory_entries": 500}}, "cache.max_entries", 500),
+    ({"debug": {"enabled": True, "retention_hours": 6}}, "debug.retention_hours", 6),
+    ({"debug": {"enabled": False, "db_dir": "/data/recorder"}}, "debug.db_dir", "/data/recorder"),
 ])
 def test_a_drakkar_key_lands_on_its_knarr_key(drakkar, knarr_key, value):
     migration = migrate_config(drakkar)
@@ -47,7 +49,9 @@ def test_a_drakkar_key_lands_on_its_knarr_key(drakkar, knarr_key, value):
 
 @pytest.mark.parametrize("drakkar, key, words", [
     ({"ui": {"enabled": True, "port": 8080}}, "ui", "debug UI of its own, set up under debug:"),
-    ({"debug": {"enabled": True}}, "debug", "debug UI of its own, set up under debug:"),
+    ({"debug": {"port": 8080}}, "debug.enabled", "knarr's are off unless debug.enabled is true"),
+    ({"debug": {"enabled": True, "custom_links": [{"name": "x", "url": "y"}]}}, "debug.custom_links",
+     "{title, url}"),
     ({"cache": {"enabled": True, "peer_sync": {"enabled": True}}}, "cache.peer_sync", "set cache.shared.url"),
     ({"sources": {"kafka": {"enabled": True, "on_parse_error": "raise"}}}, "sources.kafka.on_parse_error",
      "value 'raise' has no knarr equivalent"),

@@ -105,12 +105,15 @@ async def test_the_char_counter_counts_each_file_and_summarises_each_window(kafk
 
     ported = port(tmp_path, "char_counter.py", "char_counter.yaml", deployment(
         kafka_bootstrap, "DK_KAFKA__SOURCE_TOPIC", src, DK_EXECUTOR__BINARY_PATH=counter,
-        DK_SINKS__KAFKA__COUNTS__TOPIC=counts, DK_SINKS__KAFKA__WINDOWS__TOPIC=windows, DK_LOGGING__LEVEL="DEBUG"))
-    # Drakkar's UI settings do not carry over to knarr's own: listed, and the command says so with exit 1.
+        DK_SINKS__KAFKA__COUNTS__TOPIC=counts, DK_SINKS__KAFKA__WINDOWS__TOPIC=windows, DK_LOGGING__LEVEL="DEBUG"),
+        knarr_env={"KNARR_DEBUG__PORT": "0", "KNARR_DEBUG__DB_DIR": str(tmp_path / "recorder")})
+    # Links to a Kafka UI do not carry over (knarr's are debug.custom_links): listed, and exit 1.
     assert ported.exit_code == 1
     for key in ("kafka.ui_url", "kafka.ui_cluster_name"):
         assert f"    {key}: knarr's debug UI links to other tools through debug.custom_links" in ported.report
-    assert "    debug: knarr has a flight recorder and debug UI of its own" in ported.report
+    # The older layout's recorder section carries over (its port and files moved by the test's env)
+    assert (ported.config.debug.enabled, ported.config.debug.store_events) == (True, True)
+    assert "\n    debug" not in ported.report.split("NOT carried over", 1)[1]
     assert (ported.config.executor.window_size, ported.config.executor.max_retries) == (5, 1)
 
     async with running(Worker(ported.config, ported.handler("CharCounter"))):

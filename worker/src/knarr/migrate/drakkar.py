@@ -84,6 +84,12 @@ _SINK_KEYS = {
 _OWN_UI = ("knarr has a flight recorder and debug UI of its own, set up under debug: (debug.enabled, debug.port, "
            "debug.db_dir, ...: the README's 'Flight recorder and debug UI'); Drakkar's UI settings do not carry "
            "over")
+# The older layout's debug: section (the flight recorder and its UI) has the same keys in knarr.
+_DEBUG = ("enabled", "port", "debug_url", "db_dir", "store_events", "store_config", "store_state",
+          "state_sync_interval_seconds", "rotation_interval_minutes", "retention_hours", "retention_max_events",
+          "store_output", "flush_interval_seconds", "max_buffer", "max_ui_rows", "log_min_duration_ms",
+          "ws_min_duration_ms", "event_min_duration_ms", "output_min_duration_ms", "prometheus_url",
+          "prometheus_rate_interval", "prometheus_worker_label", "prometheus_cluster_label")
 _UI_LINK = "knarr's debug UI links to other tools through debug.custom_links ([{title, url}])"
 _ALLOW_LIST = ("a knarr task gets only the worker's variables that executor.env_inherit names (PATH, HOME, LANG, "
                "LC_*, TZ, TMPDIR by default), then executor.env; name there any others your tasks need")
@@ -151,8 +157,9 @@ RULES: list[Move | Drop] = [
     Move("logging.level", "logging.level"),
     Move("logging.format", "logging.format"),
     Drop("logging.output", "knarr logs to stderr", harmless=_equals("stderr")),
-    Drop("ui", _OWN_UI, harmless=_disabled),
-    Drop("debug", _OWN_UI, harmless=_disabled),
+    Drop("ui", _OWN_UI, harmless=_disabled),  # Drakkar 2.x: its UI's own nested layout
+    *[Move(f"debug.{key}", f"debug.{key}") for key in _DEBUG],
+    Drop("debug.custom_links", "knarr's debug.custom_links entries are {title, url}: write them out again"),
     Drop("throughput", "knarr has no throughput cost accounting"),
     Drop("runtime_health", "knarr always measures its event loop's lag (knarr_event_loop_lag_seconds, a warning "
          "naming any stall past 0.25 s) and /healthz checks the loop; none of it has settings", harmless=_disabled),
@@ -266,6 +273,7 @@ def migrate_config(drakkar: Mapping[str, Any]) -> Migration:
     origin: dict[Path, str] = {}
     _walk(drakkar, (), out, origin)
     _kafka_source_check(drakkar, out)
+    _debug_check(drakkar, out)
     source_off = _is_false(_get(drakkar, ("sources", "kafka", "enabled")))
     for key, value, why in DRAKKAR_DEFAULTS:
         path = _segments(key)
@@ -315,6 +323,14 @@ def _describe(value: Any) -> str:
     if _disabled(value):
         return "disabled"
     return f"{value!r} is knarr's behaviour" if not isinstance(value, Mapping) else "empty"
+
+
+def _debug_check(drakkar: Mapping[str, Any], out: Migration) -> None:
+    """The older layout's recorder and UI are on unless debug.enabled says otherwise; knarr's are off."""
+    debug = drakkar.get("debug")
+    if isinstance(debug, Mapping) and "enabled" not in debug:
+        out.dropped.append(("debug.enabled", "unset, which in Drakkar means its recorder and debug UI are on; "
+                                             "knarr's are off unless debug.enabled is true (set it if that is meant)"))
 
 
 def _kafka_source_check(drakkar: Mapping[str, Any], out: Migration) -> None:
