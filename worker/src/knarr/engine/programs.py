@@ -34,12 +34,12 @@ _READ_BYTES = 1 << 16
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 # Runs in `python -I -S -c`: the parent-death signal, then exec the program (same pid). That
-# Python ignores SIGPIPE and SIGXFSZ again at start-up, so it puts them back before the exec.
+# Python ignores SIGPIPE and SIGXFSZ again at start-up, so it puts the spawner's RESET_SIGNALS back before the exec.
 _TRAMPOLINE = r"""
 import ctypes, os, signal, sys
 ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG = 1, SIGKILL = 9
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+for number in RESET:
+    signal.signal(number, signal.SIG_DFL)
 if os.getppid() != int(sys.argv[1]):
     os._exit(70)  # the worker was gone before the signal was armed
 try:
@@ -47,7 +47,7 @@ try:
 except OSError as exc:
     os.write(2, f"cannot exec {sys.argv[2]!r}: {exc.strerror}\n".encode())
     os._exit(127)
-"""
+""".replace("RESET", repr(tuple(int(number) for number in RESET_SIGNALS)))
 
 
 class ProgramFailure(Exception):
