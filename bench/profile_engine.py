@@ -7,7 +7,7 @@ for the spawner thread, the functions with the most samples of their own and the
 functions by inclusive samples. Only samples taken inside the event loop's run (not the topic
 pre-fill) count for the loop thread.
 
-    uv run python bench/profile_engine.py [--messages 20000] [--top 20]
+    uv run python bench/profile_engine.py [--messages 20000] [--top 20] [--mode spawn|persistent]
 """
 
 from __future__ import annotations
@@ -27,15 +27,19 @@ from knarr.engine import event_loop
 BENCH = Path(__file__).resolve().parent
 
 
-async def _run(messages: int, max_executors: int) -> None:
+async def _run(messages: int, max_executors: int, mode: str) -> None:
     sys.path.insert(0, str(BENCH))
     import engine
+    import persistent
 
     from tests.services.kafka import ensure_kafka
 
     bootstrap = ensure_kafka()
-    topic, ends = engine.prefill(bootstrap, messages)
-    figure, _ = await engine.engine_run(bootstrap, topic, ends, max_executors)
+    if mode == "persistent":
+        figure, _ = await persistent.run_mode(bootstrap, "persistent", messages, max_executors)
+    else:
+        topic, ends = engine.prefill(bootstrap, messages)
+        figure, _ = await engine.engine_run(bootstrap, topic, ends, max_executors)
     print(f"  (profiled run: {figure.rate:.0f} tasks/s, {figure.cpu_us:.0f} us CPU/task, sampled: rates are lower "
           "than unprofiled)", flush=True)
 
@@ -83,17 +87,19 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--max-executors", type=int, default=2 * (os.cpu_count() or 1))
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--mode", choices=("spawn", "persistent"), default="spawn",
+                        help="spawn: a process per task (bench/engine.py); persistent: bench/persistent.py's program")
     parser.add_argument("--run", action="store_true", help=argparse.SUPPRESS)  # the profiled child
     args = parser.parse_args()
     if args.run:
-        event_loop.run(_run(args.messages, args.max_executors))
+        event_loop.run(_run(args.messages, args.max_executors, args.mode))
         return 0
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "profile.txt"
         subprocess.run([py_spy, "record", "--nonblocking", "--threads", "--format", "raw", "--rate", "250",
                         "-o", str(raw), "--", sys.executable, __file__, "--run", "--messages", str(args.messages),
-                        "--max-executors", str(args.max_executors)], check=True)
+                        "--max-executors", str(args.max_executors), "--mode", args.mode], check=True)
         summarize(raw, args.top)
     return 0
 
