@@ -49,6 +49,7 @@ class TaskExecutor:
         self._base_env = task_environment(config.env_inherit, os.environ, config.env, always=self._marker)
         self._labels = TaskLabelCounter(config.metric_labels, config.metric_label_values_max)
         self.recorder: Any = None  # the flight recorder, or None (debug off)
+        metrics.pool_active.set_function(lambda: scheduler.in_use)  # read at scrape time, not twice per task
         # Persistent programs get the same base environment; a task's own env travels in its request.
         self.programs = ProgramPool(config, self._base_env)
 
@@ -155,7 +156,6 @@ class TaskExecutor:
         try:
             if is_expired(time.time(), task.expires_at):  # expired while waiting for a slot: never run
                 return _expired(task, attempt)
-            metrics.pool_active.set(self.scheduler.in_use)
             timeout = task.timeout_seconds or self.config.task_timeout_seconds
             if command is not None:  # persistent mode: a program that is already running takes the task
                 proc = await self.programs.run(command, task, timeout)
@@ -164,7 +164,6 @@ class TaskExecutor:
                                          timeout=timeout, max_output_bytes=self.config.max_output_bytes)
         finally:
             self.scheduler.release(partition)
-            metrics.pool_active.set(self.scheduler.in_use)
 
         result = ExecutorResult.model_construct(
             task=task, exit_code=proc.exit_code, stdout=proc.stdout, stderr=proc.stderr,

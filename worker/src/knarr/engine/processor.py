@@ -287,17 +287,36 @@ class PartitionProcessor:
         for effect in effects:
             if isinstance(effect, RunTask):
                 self.stats.tasks += 1
-                metrics.tasks_in_flight.inc()
                 if self.recorder is not None:
                     self._record_queued(effect.run)
                 self._spawn(self._run(effect.run))
-            elif isinstance(effect, CloseGroup):
-                self._spawn(self._close(effect.group))
-            elif isinstance(effect, FinishWindow):
-                self._spawn(self._finish(effect.window))
             else:
-                self._spawn(self._dead_letter(effect))
+                self._spawn(self._effect(effect))
         self._update_settled()
+
+    async def _carry_on(self, effects: list[Effect]) -> None:
+        """Carry out what a task's end brings, the last hook step among it in this asyncio task.
+
+        Usually that is the close of the task's own message: running it here rather than in a
+        task of its own saves a task's start-up per message. Every other effect starts at once,
+        as _carry_out starts them, and progress is reported before the step runs.
+        """
+        last = next((i for i in range(len(effects) - 1, -1, -1) if not isinstance(effects[i], RunTask)), None)
+        if last is None:
+            self._carry_out(effects)
+            self.on_progress()
+            return
+        step = effects[last]
+        self._carry_out(effects[:last] + effects[last + 1:])
+        self.on_progress()
+        await self._effect(step)
+
+    def _effect(self, effect: Effect) -> Coroutine[Any, Any, None]:
+        if isinstance(effect, CloseGroup):
+            return self._close(effect.group)
+        if isinstance(effect, FinishWindow):
+            return self._finish(effect.window)
+        return self._dead_letter(effect)
 
     def _record_queued(self, run: Run) -> None:
         task, offsets = run.task, [g.offset for g in run.groups]
@@ -338,9 +357,7 @@ class PartitionProcessor:
                 metrics.labelled(metrics.tasks, "dead_lettered" if self.ledger.dead_letter_exhausted else "discarded").inc()
         else:
             self.stats.replaced += 1
-        metrics.tasks_in_flight.dec()
-        self._carry_out(self.ledger.settle(run, outcome))
-        self.on_progress()
+        await self._carry_on(self.ledger.settle(run, outcome))
 
     async def _task_complete(self, run: Run, outcome: Succeeded) -> Outcome:
         result = outcome.result
@@ -461,7 +478,6 @@ class PartitionProcessor:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        metrics.tasks_in_flight.dec(self.ledger.in_flight)
         self.ledger.forget()
         self._queue.clear()
         self._queue_size.set(0)

@@ -108,6 +108,8 @@ class Worker:
             self.source = self._build_source()  # no I/O yet: settings are judged, the client opens in start()
 
         metrics.worker_info.info({"worker_id": self.worker_id, "version": VERSION, "consumer_group": cfg.kafka.consumer_group})
+        # Read at scrape time: a gauge set twice per task cost more than every scrape together.
+        metrics.tasks_in_flight.set_function(lambda: sum(p.inflight_tasks for p in list(self.processors.values())))
         if cfg.metrics.enabled:
             self.health = HealthServer(cfg.metrics.port, self._readiness, host=cfg.metrics.host,
                                        max_connections=cfg.metrics.max_connections, failure=self._failure)
