@@ -375,8 +375,7 @@ class PartitionProcessor:
                 exception=f"on_task_complete raised {_exc_text(called.error)}", reason="hook",
                 attempt=run.attempt, result=result,
             ))
-        delivered = await self._deliver(called.value, Origin.of(self.partition, [g.message for g in run.groups],
-                                                                stage="task", task_id=run.task.task_id))
+        delivered = await self._deliver(called.value, "task", [g.message for g in run.groups], run.task.task_id)
         events.emit("task_complete", self.recorder, partition=self.partition, offset=run.first_offset,
                     **task_context(run.task),
                     duration=round(time.monotonic() - started, 6), output_message_count=delivered)
@@ -395,7 +394,7 @@ class PartitionProcessor:
                                 [group.message], holds=[group])
             await self._dead_letter(letter)
             return
-        delivered = await self._deliver(called.value, Origin.of(self.partition, [group.message], stage="message"))
+        delivered = await self._deliver(called.value, "message", [group.message])
         outcome = ("empty" if view.is_empty else "succeeded" if view.all_succeeded
                    else "failed" if view.succeeded == 0 else "partial")
         metrics.labelled(metrics.messages_completed, outcome).inc()
@@ -420,18 +419,22 @@ class PartitionProcessor:
             await self._dead_letter(DeadLetter("on_window_complete", f"on_window_complete raised {_exc_text(called.error)}",
                                                list(window.messages)))
             return
-        delivered = await self._deliver(called.value, Origin.of(self.partition, window.messages, stage="window"))
+        delivered = await self._deliver(called.value, "window", window.messages)
         events.emit("window_complete", self.recorder, partition=self.partition, window_id=window.id, task_count=window.tasks,
                     duration=round(time.monotonic() - window.created_at, 6), output_message_count=delivered)
 
     # --- outputs ---------------------------------------------------------------------------
-    async def _deliver(self, collect: Any, origin: Origin) -> int:
+    async def _deliver(self, collect: Any, stage: str, messages: list[SourceMessage],
+                       task_id: str | None = None) -> int:
+        """Deliver what a hook returned; ``messages`` are what it derives from (named in dead letters)."""
         if collect is None:
             return 0
         if not isinstance(collect, CollectResult):
             raise FatalError(f"hooks must return CollectResult or None, got {type(collect).__name__}")
+        if not collect.has_outputs:
+            return 0
         try:
-            delivered = await self.sinks.deliver(collect, origin)
+            delivered = await self.sinks.deliver(collect, Origin.of(self.partition, messages, stage, task_id))
         except ValueError as exc:  # sink resolution: a handler bug, fail fast without committing
             raise FatalError(str(exc)) from exc
         self.stats.outputs += delivered
