@@ -9,7 +9,8 @@ in the ledger; this file only does the waiting.
 A message's life, in the order it reads here: ``_window`` (deserialize, take, arrange) →
 ``_run`` (execute, on_task_complete, deliver, settle) → ``_close`` (on_message_complete,
 deliver, group_closed → the offset completes) → ``_finish`` (on_window_complete, deliver).
-What cannot go on goes through ``_dead_letter``.
+What cannot go on goes through ``_dead_letter``. The close a task's end brings runs in that
+task's own asyncio task (``_carry_on``); every other effect starts one of its own.
 """
 
 from __future__ import annotations
