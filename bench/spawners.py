@@ -12,6 +12,9 @@ runs of /bin/true, ``--concurrency`` at a time, while a probe measures the event
                   during the call: knarr.engine.spawner, through run_process (what the engine runs)
   helper          a spawner helper process (Python) taking requests over a Unix socket, the
                   memfds passed with SCM_RIGHTS; it spawns, sweeps and reaps, and reports exits
+  native          a C thread (bench/native_runner.c, built with the C compiler at hand) that spawns,
+                  waits on the pidfds with one epoll, sweeps and reaps; the loop submits each task
+                  with one ctypes call and is woken once per batch of ended tasks through an eventfd
   C floor         the same spawns from C (bench/spawn_floor.c), one process, no event loop
 
 For each: tasks/s, the worker's CPU per task (this process, every thread; for the helper also
@@ -25,13 +28,16 @@ from __future__ import annotations
 import argparse
 import array
 import asyncio
+import ctypes
 import os
 import pickle
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -233,6 +239,69 @@ async def helper_process(count: int, concurrency: int) -> Row:
         helper.wait(10)
 
 
+class _Ended(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int64), ("status", ctypes.c_int32), ("out", ctypes.c_int32), ("err", ctypes.c_int32)]
+
+
+def _native_library() -> ctypes.CDLL | None:
+    """bench/native_runner.c, built with the C compiler at hand into a temporary directory; None without one."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    built = Path(tempfile.mkdtemp(prefix="knarr-native-")) / "native_runner.so"
+    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-pthread", "-o", str(built),
+                    str(REPO_ROOT / "bench" / "native_runner.c")], check=True)
+    return ctypes.CDLL(str(built))  # CDLL: the GIL is released around every call
+
+
+async def native(count: int, concurrency: int) -> Row | None:
+    """A C thread spawns and reaps; the loop submits, is woken once per batch of ends, reads the memfds."""
+    library = _native_library()
+    if library is None:
+        return None
+    loop = asyncio.get_running_loop()
+    argv = (ctypes.c_char_p * 2)(os.fsencode(BINARY), None)
+    library.runner_start.argtypes = [ctypes.c_void_p]
+    library.runner_submit.argtypes = [ctypes.c_int64]
+    library.runner_collect.argtypes = [ctypes.POINTER(_Ended), ctypes.c_int]
+    done_fd = library.runner_start(argv)
+    if done_fd < 0:
+        raise OSError(-done_fd, os.strerror(-done_fd))
+    ended = (_Ended * 256)()
+    waiting: dict[int, asyncio.Future] = {}
+    counter = 0
+
+    def on_ended() -> None:
+        while True:
+            n = library.runner_collect(ended, len(ended))
+            for record in ended[:n]:
+                waiting.pop(record.id).set_result((record.status, record.out, record.err))
+            if n < len(ended):
+                return
+
+    loop.add_reader(done_fd, on_ended)
+
+    async def one() -> int:
+        nonlocal counter
+        counter += 1
+        future = waiting[counter] = loop.create_future()
+        library.runner_submit(counter)
+        status, out_fd, err_fd = await future
+        out, err = CapturedStream.adopt(out_fd, CAP), CapturedStream.adopt(err_fd, CAP)
+        try:
+            out.read(), err.read()
+        finally:
+            out.close(), err.close()
+        if status < 0:
+            raise OSError(-status, os.strerror(-status))
+        return os.waitstatus_to_exitcode(status)
+
+    try:
+        return await _timed("native: a C thread spawns and reaps (ctypes)", count, concurrency, one)
+    finally:
+        loop.remove_reader(done_fd)  # the runner's thread stays, idle, until the bench exits
+
+
 def c_floor(count: int, concurrency: int) -> Row | None:
     measured = spawn_floor_c(BINARY, count, concurrency)
     if measured is None:
@@ -241,7 +310,8 @@ def c_floor(count: int, concurrency: int) -> Row | None:
     return Row("C floor: bench/spawn_floor.c", count, count / rate, cpu_us * count / 1e6)
 
 
-OPTIONS = {"loop": on_loop, "thread-os": thread_os, "thread-ctypes": thread_ctypes, "helper": helper_process}
+OPTIONS = {"loop": on_loop, "thread-os": thread_os, "thread-ctypes": thread_ctypes, "helper": helper_process,
+           "native": native}
 
 
 def report(rows: list[Row], floor: Row | None, concurrency: int) -> None:
@@ -270,13 +340,16 @@ async def main() -> int:
         for name in args.only:
             print(f"  {name} ...", file=sys.stderr)
             row = await OPTIONS[name](args.spawns, args.concurrency)
+            if row is None:
+                print(f"  {name}: skipped, no C compiler at hand", file=sys.stderr)
+                continue
             if name not in best or row.rate > best[name].rate:
                 best[name] = row
         floor = c_floor(args.spawns, args.concurrency)
         if floor:
             floors.append(floor)
     floor = max(floors, key=lambda r: r.rate) if floors else None
-    report([best[name] for name in args.only], floor, args.concurrency)
+    report([best[name] for name in args.only if name in best], floor, args.concurrency)
     if floors:
         print(f"  (C floor runs: {', '.join(f'{r.rate:.0f}' for r in floors)}/s; "
               f"median {statistics.median(r.rate for r in floors):.0f}/s)")
