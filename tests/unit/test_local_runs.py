@@ -172,6 +172,41 @@ def test_knarr_run_runs_on_uvloop_unless_the_config_asks_for_asyncio(tmp_path):
         assert loops == {expected}
 
 
+GC_REPORTING = '''
+import gc
+import knarr
+
+class Handler(knarr.BaseHandler):
+    async def arrange(self, messages, pending):
+        return [knarr.ExecutorTask(args=["-c", "true"], source_offsets=[m.offset]) for m in messages]
+
+    async def on_task_complete(self, result):
+        data = {"threshold": gc.get_threshold()[0], "frozen": gc.get_freeze_count() > 0}
+        return knarr.CollectResult(files=[knarr.FilePayload(path="gc.jsonl", data=data)])
+'''
+
+
+def test_knarr_run_collects_garbage_as_gc_threshold_says_with_start_up_frozen(tmp_path):
+    for threshold, expected in ((None, 10_000), (700, 700)):
+        base = tmp_path / str(threshold)
+        base.mkdir()
+        config = pipeline(base, GC_REPORTING, 2)
+        if threshold is not None:
+            config.write_text(json.dumps({**json.loads(config.read_text()), "gc_threshold": threshold}))
+        proc = run(config)
+        assert proc.returncode == ExitCode.OK, proc.stderr
+        seen = [json.loads(line) for line in (base / "out" / "gc.jsonl").read_text().splitlines()]
+        assert seen == [{"threshold": expected, "frozen": True}] * 2
+
+
+def test_a_negative_gc_threshold_is_refused(tmp_path):
+    config = pipeline(tmp_path, GC_REPORTING, 1)
+    config.write_text(json.dumps({**json.loads(config.read_text()), "gc_threshold": -1}))
+    proc = run(config)
+    assert proc.returncode == ExitCode.USAGE
+    assert "gc_threshold" in proc.stderr and "greater than or equal to 0" in proc.stderr
+
+
 def test_an_unknown_event_loop_is_refused_naming_the_choices(tmp_path):
     config = pipeline(tmp_path, LOOP_REPORTING, 1)
     config.write_text(json.dumps({**json.loads(config.read_text()), "event_loop": "trio"}))

@@ -52,7 +52,8 @@ def run_command(config_path: str | None, handler_option: str | None, progress: b
     started = time.monotonic()
     # This process is the worker's own: it may become the subreaper and cgroup of its tasks.
     with contain_tasks(config.executor.task_cgroup):
-        code = event_loop.run(_run_with_progress(worker, progress and bounded), config.event_loop)
+        code = event_loop.run(_run_with_progress(worker, progress and bounded), config.event_loop,
+                              config.gc_threshold)
     task_failures.flush(now=math.inf)  # a storm's last "N more" line, even if its window was still open
     if not bounded:
         record_exit(code, exit_detail(code, worker))

@@ -73,7 +73,7 @@ def run_on_kafka(base: Path, requests: Path, bootstrap: str, grep: str) -> int:
         worker.stop()
         return await task
 
-    code = event_loop.run(main(), config.event_loop)
+    code = event_loop.run(main(), config.event_loop, config.gc_threshold)
     rows = _read(bootstrap, summaries, len(lines), 30)
     print(f"knarr demo on Kafka {bootstrap}: {len(lines)} requests on {source!r} -> {len(rows)} summaries on {summaries!r}")
     for row in rows[:5]:

@@ -40,7 +40,7 @@ def run_demo(out: str, kafka: str | None = None) -> int:
         "logging": {"level": "WARNING", "format": "console"},
     })
     before = _lines(base / "results" / "summaries.jsonl")
-    code = event_loop.run(Worker(config, SearchHandler()).run(), config.event_loop)
+    code = event_loop.run(Worker(config, SearchHandler()).run(), config.event_loop, config.gc_threshold)
     summaries = _lines(base / "results" / "summaries.jsonl")
     new = summaries[len(before):]
     print(f"knarr demo: {len(new)} request(s) processed this run, {len(summaries)} summaries in total")
