@@ -7,7 +7,10 @@ for the spawner thread, the functions with the most samples of their own and the
 functions by inclusive samples. Only samples taken inside the event loop's run (not the topic
 pre-fill) count for the loop thread.
 
-    uv run python bench/profile_engine.py [--messages 20000] [--top 20] [--mode spawn|persistent]
+    uv run python bench/profile_engine.py [--messages 20000] [--top 20] [--mode spawn|persistent] [--native]
+
+With --native the C frames show too: what the Python-only profile files under the loop's
+``Runner.run`` (uvloop's callbacks, libc's write and getpid, the garbage collector).
 """
 
 from __future__ import annotations
@@ -87,6 +90,9 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--max-executors", type=int, default=2 * (os.cpu_count() or 1))
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--native", action="store_true",
+                        help="sample C frames too (uvloop, libc, the collector); py-spy then pauses the worker "
+                             "for each sample, so the run is slower")
     parser.add_argument("--mode", choices=("spawn", "persistent"), default="spawn",
                         help="spawn: a process per task (bench/engine.py); persistent: bench/persistent.py's program")
     parser.add_argument("--run", action="store_true", help=argparse.SUPPRESS)  # the profiled child
@@ -97,7 +103,8 @@ def main() -> int:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "profile.txt"
-        subprocess.run([py_spy, "record", "--nonblocking", "--threads", "--format", "raw", "--rate", "250",
+        sampling = ["--native"] if args.native else ["--nonblocking"]  # py-spy takes one or the other
+        subprocess.run([py_spy, "record", *sampling, "--threads", "--format", "raw", "--rate", "250",
                         "-o", str(raw), "--", sys.executable, __file__, "--run", "--messages", str(args.messages),
                         "--max-executors", str(args.max_executors), "--mode", args.mode], check=True)
         summarize(raw, args.top)
