@@ -16,7 +16,8 @@ Then the details:
 
   (a) raw spawn rate: ``knarr.engine.processes.run_process`` called directly — the engine's own
       spawn path (output capture, own session, reaping) — on /bin/true, with max_executors
-      concurrent spawns. This is the ceiling: nothing can run tasks faster through that path.
+      concurrent spawns, through the native runner when it is built (executor.spawner: auto).
+      This is the ceiling: nothing can run tasks faster through that path.
       For reference, the same through ``asyncio.create_subprocess_exec`` (stdout/stderr pipes,
       start_new_session, pidfd child watcher) is printed too, and the same spawns from C
       (bench/spawn_floor.c, when a C compiler is at hand): the parent's CPU per spawn there is
@@ -28,6 +29,8 @@ Then the details:
   (d) worker CPU per task, children excluded: getrusage(RUSAGE_SELF) (every thread of this
       process: event loop, spawner, consumer, producer, librdkafka) over the same interval / tasks.
       The local broker's CPU per task over the same interval is printed beside it (not in d).
+  Where the native runner is built, (a) and (b) run once more through the spawner thread
+  (executor.spawner: thread), for the difference in the same run.
 
 Then the same engine run, smaller, under cProfile: the top functions by own time (main thread).
 
@@ -58,7 +61,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))  # for persistent.py and recorder.p
 
 import knarr  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
-from knarr.engine import event_loop  # noqa: E402
+from knarr.engine import event_loop, native  # noqa: E402
 from knarr.engine.processes import run_process  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.loop_lag import LoopLagProbe  # noqa: E402
@@ -132,15 +135,18 @@ class Figure:
 
 
 # --- (a) the raw spawn path ----------------------------------------------------------------
-async def spawn_rate(count: int, concurrency: int) -> Figure:
-    """BINARY through run_process, ``concurrency`` at a time, as the pool would run it; the loop's lag meanwhile."""
+async def spawn_rate(count: int, concurrency: int, runner: native.NativeRunner | None = None) -> Figure:
+    """BINARY through run_process, ``concurrency`` at a time, as the pool would run it; the loop's lag meanwhile.
+
+    Through the native runner when one is given, else through the spawner thread.
+    """
     remaining = count
 
     async def lane() -> None:
         nonlocal remaining
         while remaining > 0:
             remaining -= 1
-            outcome = await run_process([BINARY], stdin=None, env=None, timeout=30)
+            outcome = await run_process([BINARY], stdin=None, env=None, timeout=30, runner=runner)
             assert outcome.exit_code == 0, outcome
 
     await asyncio.gather(*(lane() for _ in range(concurrency)))  # warm-up: imports, first forks
@@ -362,7 +368,8 @@ async def persistent_row(bootstrap: str, messages: int, max_executors: int) -> F
 
 
 def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor: Figure | None, b: Figure,
-           b_unpaused: Figure | None, kept: Figure | None, messages: int) -> None:
+           b_unpaused: Figure | None, kept: Figure | None, messages: int, a_thread: Figure | None = None,
+           b_thread: Figure | None = None) -> None:
     a = max(spawns, key=lambda f: f.rate)  # the machine is shared: the better of two runs is the ceiling
     print(f"\nengine bench: {os.cpu_count()} cores, max_executors={args.max_executors}, binary={BINARY}, "
           f"{messages} messages on {PARTITIONS} partitions, python {sys.version.split()[0]}, "
@@ -371,6 +378,9 @@ def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor:
     if floor is not None:
         print(f"  {'C spawn floor: the same spawns from C (best of before/after b)':58}{floor.rate:>10.0f} /s")
     print(f"  {'spawn mode: engine end to end, Kafka -> task -> Kafka (b)':58}{b.rate:>10.0f} /s")
+    if b_thread is not None:
+        print(f"  {'    the same with executor.spawner: thread':58}{b_thread.rate:>10.0f} /s  "
+              f"({b_thread.cpu_us:.0f} us CPU/task; native runner: {b.cpu_us - b_thread.cpu_us:+.0f} us)")
     if floor is not None:
         ratio = b.rate / floor.rate
         print(f"  {'spawn mode / C floor':58}{ratio:>14.2f}  {'>= ' + format(TARGET_FLOOR_RATIO, 'g'):>10}  "
@@ -394,6 +404,9 @@ def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor:
     print(f"  {'(a) raw spawn rate, run_process (best of before/after b)':58}{a.rate:>10.0f} /s")
     print(f"  {'    the two runs':58}{' / '.join(f'{f.rate:.0f}' for f in spawns):>14}")
     print(f"  {'    parent CPU per spawn, run_process':58}{a.cpu_us:>10.0f} us")
+    if a_thread is not None:
+        print(f"  {'    the same through the spawner thread':58}{a_thread.rate:>10.0f} /s  "
+              f"({a_thread.cpu_us:.0f} us CPU/spawn)")
     print(f"  {'    event loop lag p99 while spawning':58}"
           f"{(a.lag_p99_ms if a.lag_p99_ms is not None else float('nan')):>10.1f} ms")
     print(f"  {'    reference: asyncio.create_subprocess_exec':58}{a_ref.rate:>10.0f} /s")
@@ -467,17 +480,25 @@ async def main() -> int:
     bootstrap = args.bootstrap or ensure_kafka()
     print("pre-filling topics ...", file=sys.stderr)
     topic, ends = prefill(bootstrap, args.messages)
+    runner = native.for_config("auto")  # spawn mode's default: None where the native runner is not built
+    thread_topic, thread_ends = prefill(bootstrap, args.messages) if runner is not None else ("", {})
     unpaused_topic, unpaused_ends = prefill(bootstrap, args.messages) if not args.skip_unpaused else ("", {})
     profile_topic, profile_ends = prefill(bootstrap, args.profile_messages) if args.profile_messages else ("", {})
 
     print("floor: the same spawns from C ...", file=sys.stderr)
     floors = [c_spawn_floor(args.spawns, args.max_executors)]
     print("(a) raw spawn rate ...", file=sys.stderr)
-    spawns = [await spawn_rate(args.spawns, args.max_executors)]
+    spawns = [await spawn_rate(args.spawns, args.max_executors, runner)]
     print("(b) engine end to end ...", file=sys.stderr)
     b, _ = await engine_run(bootstrap, topic, ends, args.max_executors)
+    a_thread = b_thread = None
+    if runner is not None:
+        print("    (a) and (b) through the spawner thread ...", file=sys.stderr)
+        a_thread = await spawn_rate(args.spawns, args.max_executors)
+        b_thread, _ = await engine_run(bootstrap, thread_topic, thread_ends, args.max_executors,
+                                       executor={"spawner": "thread"})
     print("(a) raw spawn rate, again ...", file=sys.stderr)
-    spawns.append(await spawn_rate(args.spawns, args.max_executors))
+    spawns.append(await spawn_rate(args.spawns, args.max_executors, runner))
     b_unpaused = None
     if not args.skip_unpaused:
         print("    diagnostic: (b) with the backpressure pause out of reach ...", file=sys.stderr)
@@ -492,7 +513,7 @@ async def main() -> int:
     if not args.skip_persistent:
         print("    persistent mode, same workload ...", file=sys.stderr)
         kept = await persistent_row(bootstrap, args.messages, args.max_executors)
-    report(args, spawns, a_ref, floor, b, b_unpaused, kept, args.messages)
+    report(args, spawns, a_ref, floor, b, b_unpaused, kept, args.messages, a_thread, b_thread)
 
     if args.recorder_messages:
         print("flight recorder off and on, alternating (bench/recorder.py) ...", file=sys.stderr)

@@ -24,6 +24,7 @@ INTERNAL = {
     "knarr.engine.programs.ProgramFailure": "a persistent program that could not answer: its task fails (timeout, crash, protocol, launch) through on_error",
     "knarr.dlq.records.UnreadableRecord": "a DLQ entry that is no record: knarr dlq counts it as unreadable and goes on",
     "knarr.engine.spawner.SpawnerFailed": "the spawner thread failed on a task: run_process turns it into that task's launch error",
+    "knarr.engine.native.NativeRunnerMissing": "executor.spawner: auto falls back to the spawner thread with a warning; native turns it into a ConfigError",
 }
 
 

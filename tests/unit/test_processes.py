@@ -1,16 +1,36 @@
-"""Running one subprocess: output, stdin, exit codes, deadlines, and nothing left behind."""
+"""Running one subprocess: output, stdin, exit codes, deadlines, and nothing left behind.
+
+Every test runs twice: through the spawner thread and through the native runner (executor.spawner).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import uuid
 
 import pytest
-from knarr.engine.processes import launch_problem, run_process, seal_inherited_fds
+from knarr.engine import native, processes
+from knarr.engine.processes import launch_problem, seal_inherited_fds
 
 from tests.worker.harness import BEHAVE
 from tests.worker.procs import alive_with
+
+run_process = processes.run_process  # each test's spawner is chosen by the fixture below
+
+
+@pytest.fixture(autouse=True, params=["thread", "native"])
+def spawner_kind(request, monkeypatch):
+    if request.param == "native":
+        runner = native.runner()
+
+        async def through_the_native_runner(*args, **kwargs):
+            assert runner.claim(asyncio.get_running_loop()), "the native runner serves another open loop"
+            return await processes.run_process(*args, runner=runner, **kwargs)
+
+        monkeypatch.setitem(globals(), "run_process", through_the_native_runner)
+    return request.param
 
 
 async def test_stdout_stderr_and_the_exit_code_are_captured():

@@ -97,7 +97,7 @@ async def test_a_worker_running_tasks_never_spawns_on_its_event_loop(gate, monke
     recorded = gate()
     forbidden = _forbid_on_this_thread(monkeypatch)
     config = config_from_dict({
-        "executor": {"binary_path": BEHAVE, "max_executors": 4},
+        "executor": {"binary_path": BEHAVE, "max_executors": 4, "spawner": "thread"},
         "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}},
         "dlq": {"path": str(tmp_path / "dlq.jsonl")},
         "metrics": {"enabled": False}, "logging": {"level": "WARNING", "format": "console"},

@@ -14,7 +14,7 @@ from typing import Any
 from knarr.api.handler import BaseHandler
 from knarr.api.tasks import ErrorAction, ExecutorError, ExecutorResult, ExecutorTask
 from knarr.config.models import ExecutorConfig
-from knarr.engine import containment
+from knarr.engine import containment, native
 from knarr.engine.backoff import is_expired, retry_delay, start_time
 from knarr.engine.environment import task_environment
 from knarr.engine.hooks import call_hook, call_sync_hook
@@ -52,6 +52,7 @@ class TaskExecutor:
         metrics.pool_active.set_function(lambda: scheduler.in_use)  # read at scrape time, not twice per task
         # Persistent programs get the same base environment; a task's own env travels in its request.
         self.programs = ProgramPool(config, self._base_env)
+        self._runner = native.for_config(config.spawner)  # None: the spawner thread
 
     async def close(self) -> None:
         """Stop the persistent programs (spawned tasks end with their own runs)."""
@@ -161,7 +162,8 @@ class TaskExecutor:
                 proc = await self.programs.run(command, task, timeout)
             else:
                 proc = await run_process([binary, *task.args], stdin=task.stdin, env=self._env_for(task),
-                                         timeout=timeout, max_output_bytes=self.config.max_output_bytes)
+                                         timeout=timeout, max_output_bytes=self.config.max_output_bytes,
+                                         runner=self._runner)
         finally:
             self.scheduler.release(partition)
 

@@ -7,8 +7,10 @@ exit so background stragglers cannot outlive their task.
 Spawning is the hot path of a CPU-heavy pipeline, so this does not go through asyncio's
 subprocess transports (about 300 µs of worker CPU per process): ``posix_spawnp`` (vfork
 under the hood, no page-table copy) and a pidfd that becomes readable when the child exits.
-The spawn runs on the spawner thread (spawner.py), never on the event loop, which only
-awaits its result and then waits for the pidfd.
+The spawn never runs on the event loop. By default the native runner (native.py, a C thread)
+spawns, waits on the pidfds, sweeps the group and reaps the leader, and the loop gets one
+event per ended task; with ``executor.spawner: thread`` (or where the runner is not built)
+the spawner thread (spawner.py) spawns and the loop waits for the pidfd, sweeps and reaps.
 
 The child's stdout and stderr are memfds (anonymous in-memory files), not pipes. Nobody has
 to drain them while the task runs, so the pidfd is the only thing registered with the event
@@ -22,7 +24,7 @@ When the pidfd fires, the group is swept (the exited leader is not reaped yet, s
 still names our group) and the leader is reaped. A timeout only kills the group; the pidfd
 then fires and the same path finishes. One timer per task serves both the deadline and the
 output cap's checks. On cancellation the group is killed and the leader
-reaped at once, which is quick since it was sent SIGKILL.
+reaped before the cancellation goes on, which is quick since it was sent SIGKILL.
 
 Arguments, environment and stdin that exec cannot take (a NUL byte in an argument taken from
 a message, a name with '=') fail the task as a ``launch`` error naming the culprit, like a
@@ -36,12 +38,12 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from knarr.engine import containment
-from knarr.engine.capture import FIRST_CHECK_SECONDS, next_check_delay
-from knarr.engine.spawner import SpawnerFailed, leaders, listing, spawner
+from knarr.engine import containment, native
+from knarr.engine.capture import FIRST_CHECK_SECONDS, CapturedStream, next_check_delay
+from knarr.engine.spawner import SpawnerFailed, leaders, listing, spawner, stdin_memfd
 
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 
@@ -150,11 +152,89 @@ def _refused(argv: list[str], env: Mapping[str, str] | None, stdin: str | None, 
     return launch_problem(argv, env, stdin) or f"{type(exc).__name__}: {exc}"
 
 
+class _Watch:
+    """One timer per task does both: keep its output to the cap, and enforce its deadline (``kill`` on expiry)."""
+
+    __slots__ = ("loop", "deadline", "out", "err", "kill", "ended", "timed_out", "timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float, out: CapturedStream, err: CapturedStream,
+                 kill: Callable[[], None], ended: asyncio.Future) -> None:
+        self.loop, self.out, self.err, self.kill, self.ended = loop, out, err, kill, ended
+        self.deadline = loop.time() + timeout
+        self.timed_out = False
+        self.timer = self._schedule(FIRST_CHECK_SECONDS)
+
+    def _schedule(self, delay: float) -> asyncio.TimerHandle:
+        at = self.loop.time() + delay
+        if at >= self.deadline:
+            return self.loop.call_at(self.deadline, self._tick, delay, True)
+        return self.loop.call_at(at, self._tick, delay, False)
+
+    def _tick(self, delay: float, expired: bool) -> None:
+        if self.ended.done():
+            return
+        if expired:
+            self.timed_out = True
+            self.kill()  # the exit follows once the leader is dead, and finishes the task
+            return
+        grown = self.out.limit() + self.err.limit()
+        self.timer = self._schedule(next_check_delay(delay, grown))
+
+    def cancel(self) -> None:
+        self.timer.cancel()
+
+
+def _sweep_detached() -> None:
+    """Reap detached orphans that have exited (containment.py), never a task process a runner will reap.
+
+    Not while a spawn is under way (its child may exist, unlisted): the next task's end sweeps.
+    """
+    if containment.active() is None or not listing.acquire(blocking=False):
+        return
+    try:
+        runner = native.started()
+        if runner is None:
+            containment.reap_detached(leaders)
+        elif runner.pause():
+            try:
+                containment.reap_detached(_Leaders(runner))
+            finally:
+                runner.resume()
+    finally:
+        listing.release()
+
+
+class _Leaders:
+    """The task processes a runner will reap: the spawner thread's and programs' (``leaders``), the native runner's."""
+
+    __slots__ = ("runner",)
+
+    def __init__(self, runner: native.NativeRunner) -> None:
+        self.runner = runner
+
+    def __contains__(self, pid: object) -> bool:
+        return pid in leaders or (isinstance(pid, int) and self.runner.owns(pid))
+
+
+def _ended(pid: int | None, status: int, out: CapturedStream, err: CapturedStream, watch: _Watch,
+           timeout: float, started: float) -> ProcessOutcome:
+    duration = round(time.monotonic() - started, 3)
+    stdout = out.read()
+    if watch.timed_out:
+        return ProcessOutcome(-1, stdout, f"task timed out after {timeout:g}s; its process group was killed",
+                              pid, duration, timed_out=True, stdout_truncated=out.truncated)
+    return ProcessOutcome(os.waitstatus_to_exitcode(status), stdout, err.read(), pid, duration,
+                          stdout_truncated=out.truncated, stderr_truncated=err.truncated)
+
+
 async def run_process(
     argv: list[str], *, stdin: str | None, env: dict[str, str] | None, timeout: float,
-    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES, runner: native.NativeRunner | None = None,
 ) -> ProcessOutcome:
+    """Run ``argv`` to its end; through ``runner`` (the native runner) when given and free for this loop."""
     loop = asyncio.get_running_loop()
+    if runner is not None and runner.claim(loop):
+        return await _run_native(runner, loop, argv, stdin, env, timeout, max_output_bytes)
     started = time.monotonic()
     try:
         spawned = await spawner().spawn(argv, stdin, env, max_output_bytes)
@@ -167,58 +247,67 @@ async def run_process(
     pid, pidfd, out, err = spawned.pid, spawned.pidfd, spawned.out, spawned.err
     try:
         exited: asyncio.Future[None] = loop.create_future()
-        timed_out = False
 
         def on_exit() -> None:
             if not exited.done():  # the task may have been cancelled while the exit was pending
                 exited.set_result(None)
 
-        deadline = loop.time() + timeout
-
-        def schedule(delay: float) -> asyncio.TimerHandle:
-            at = loop.time() + delay
-            if at >= deadline:
-                return loop.call_at(deadline, tick, delay, True)
-            return loop.call_at(at, tick, delay, False)
-
-        def tick(delay: float, expired: bool) -> None:
-            """One timer per task does both: keep the output to its cap, and enforce the deadline."""
-            nonlocal timed_out, timer
-            if exited.done():
-                return
-            if expired:
-                timed_out = True
-                _kill_group(pid)  # the pidfd fires once the leader is dead; on_exit finishes
-                return
-            grown = out.limit() + err.limit()
-            timer = schedule(next_check_delay(delay, grown))
-
         loop.add_reader(pidfd, on_exit)
-        timer = schedule(FIRST_CHECK_SECONDS)
+        watch = _Watch(loop, timeout, out, err, lambda: _kill_group(pid), exited)
         try:
             await exited
         finally:
             # Normally the leader has exited: this sweeps its stragglers. Cancelled (shutdown):
             # this kills the tree, and the blocking waitpid returns as soon as SIGKILL lands.
-            timer.cancel()
+            watch.cancel()
             loop.remove_reader(pidfd)
             os.close(pidfd)
             _kill_group(pid)
             _, status = os.waitpid(pid, 0)
             leaders.discard(pid)
-            # Not while a spawn is under way (its child may exist, unlisted): the next task's end sweeps.
-            if containment.active() is not None and listing.acquire(blocking=False):
-                try:
-                    containment.reap_detached(leaders)
-                finally:
-                    listing.release()
-        duration = round(time.monotonic() - started, 3)
-        stdout = out.read()
-        if timed_out:
-            return ProcessOutcome(-1, stdout, f"task timed out after {timeout:g}s; its process group was killed",
-                                  pid, duration, timed_out=True, stdout_truncated=out.truncated)
-        return ProcessOutcome(os.waitstatus_to_exitcode(status), stdout, err.read(), pid, duration,
-                              stdout_truncated=out.truncated, stderr_truncated=err.truncated)
+            _sweep_detached()
+        return _ended(pid, status, out, err, watch, timeout, started)
     finally:
         out.close()
         err.close()
+
+
+async def _run_native(
+    runner: native.NativeRunner, loop: asyncio.AbstractEventLoop, argv: list[str], stdin: str | None,
+    env: dict[str, str] | None, timeout: float, cap: int,
+) -> ProcessOutcome:
+    """The same run through the native runner: the loop makes the memfds, the runner spawns, sweeps and reaps."""
+    started = time.monotonic()
+    out = CapturedStream("knarr-stdout", cap)
+    err = None
+    inp = -1
+    try:
+        err = CapturedStream("knarr-stderr", cap)
+        try:
+            if stdin is not None:
+                inp = stdin_memfd(stdin)
+            job = runner.submit(argv, env, inp, out.fd, err.fd)
+        except (ValueError, TypeError) as exc:  # exec cannot take the arguments (e.g. a NUL byte)
+            return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
+        except OSError as exc:
+            return _launch_failure(argv, _spawn_error(exc), started)
+        watch = _Watch(loop, timeout, out, err, lambda: runner.kill(job), job.ended)
+        try:
+            pid, status = await job.ended
+        except asyncio.CancelledError:  # shutdown: kill the tree and let the runner reap it before going on
+            runner.kill(job, wait=True)
+            raise
+        finally:
+            watch.cancel()
+        if status < 0:
+            if watch.timed_out:  # its deadline passed before it could start
+                return _ended(None, 0, out, err, watch, timeout, started)
+            return _launch_failure(argv, _spawn_error(OSError(-status, os.strerror(-status), argv[0])), started)
+        _sweep_detached()
+        return _ended(pid, status, out, err, watch, timeout, started)
+    finally:
+        out.close()
+        if err is not None:
+            err.close()
+        if inp >= 0:
+            os.close(inp)

@@ -1,5 +1,8 @@
 """Starting task processes off the event loop: one spawner thread calling libc's posix_spawnp.
 
+The engine's default is the native runner (native.py), which does this and the reaping in C;
+this thread serves ``executor.spawner: thread``, and every task where the runner is not built.
+
 The event loop never runs fork, exec or posix_spawn itself. ``os.posix_spawnp`` holds the GIL
 for the whole call (CPython's ``py_posix_spawn`` in Modules/posixmodule.c calls posix_spawn
 without ``Py_BEGIN_ALLOW_THREADS``), and the calling thread sits in it until the child has
@@ -141,13 +144,13 @@ class _Request:
 
 
 # --- building what posix_spawnp takes ----------------------------------------------------------
-def _c_strings(items: list[bytes]) -> ctypes.Array:
+def c_strings(items: list[bytes]) -> ctypes.Array:
     array = (ctypes.c_char_p * (len(items) + 1))()
     array[:-1] = items
     return array
 
 
-def _arg(value: object) -> bytes:
+def exec_arg(value: object) -> bytes:
     if not isinstance(value, str | bytes | os.PathLike):
         raise TypeError(f"expected str, bytes or os.PathLike object, not {type(value).__name__}")
     encoded = os.fsencode(value)
@@ -159,14 +162,14 @@ def _arg(value: object) -> bytes:
 def _env_entries(env: dict[str, str]) -> list[bytes]:
     entries = []
     for name, value in env.items():
-        key = _arg(name)
+        key = exec_arg(name)
         if not key or b"=" in key:
             raise ValueError("illegal environment variable name")
-        entries.append(key + b"=" + _arg(value))
+        entries.append(key + b"=" + exec_arg(value))
     return entries
 
 
-class _EnvCache:
+class EnvCache:
     """The encoded form of the last few environments seen (the executor passes the same one to most tasks).
 
     Keyed by the dict's identity, checked against a copy: a dict changed since it was encoded is
@@ -180,12 +183,12 @@ class _EnvCache:
         for cached, snapshot, array in self._entries:
             if cached is env and snapshot == env:
                 return array
-        array = _c_strings(_env_entries(env))
+        array = c_strings(_env_entries(env))
         self._entries.append((env, dict(env), array))
         return array
 
 
-def _stdin_memfd(stdin: str) -> int:
+def stdin_memfd(stdin: str) -> int:
     fd = os.memfd_create("knarr-stdin", os.MFD_CLOEXEC)
     try:
         data = memoryview(stdin.encode())
@@ -207,7 +210,7 @@ class Spawner:
         self._start_lock = threading.Lock()
         self._lock = threading.Lock()  # a request's result vs. its abandonment; the completion batches
         self._done: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
-        self._env = _EnvCache()
+        self._env = EnvCache()
         self._attr = ctypes.create_string_buffer(_ATTR_BYTES)
         self._defaults = ctypes.create_string_buffer(_SIGSET_BYTES)
         _libc.sigemptyset(self._defaults)
@@ -323,7 +326,7 @@ class Spawner:
         loops.clear()
 
     def _start(self, request: _Request) -> Spawned:
-        argv = _c_strings([_arg(a) for a in request.argv])
+        argv = c_strings([exec_arg(a) for a in request.argv])
         envp = _environ.value if request.env is None else ctypes.addressof(self._env.encoded(request.env))
         out = CapturedStream.adopt(_memfd(b"knarr-stdout"), request.cap)
         err = inp = None
@@ -334,7 +337,7 @@ class Spawner:
             if request.stdin is None:
                 _actions_open(actions, 0, _DEVNULL, os.O_RDONLY, 0)
             else:
-                inp = _stdin_memfd(request.stdin)
+                inp = stdin_memfd(request.stdin)
                 _actions_dup2(actions, inp, 0)
             _actions_dup2(actions, out.fd, 1)
             _actions_dup2(actions, err.fd, 2)

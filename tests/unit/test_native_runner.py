@@ -1,0 +1,118 @@
+"""The native runner (executor.spawner): built at install time, chosen by default, refused clearly when missing.
+
+What a task run through it does (output, deadlines, cancellation, launch errors, nothing left
+behind) is tested in test_processes.py, once per spawner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import knarr
+import pytest
+from knarr.config.loading import config_from_dict
+from knarr.engine import native, spawner
+from knarr.engine.processes import run_process
+from knarr.engine.worker import Worker
+from knarr.errors import ConfigError
+from knarr.sources.memory import MemorySource
+from structlog.testing import capture_logs
+
+from tests.worker.harness import BEHAVE
+
+
+class Echo(knarr.BaseHandler[None, None]):
+    async def arrange(self, messages, pending):
+        return [knarr.ExecutorTask(args=[f"out={m.offset}"], source_offsets=[m.offset]) for m in messages]
+
+    async def on_task_complete(self, result):
+        self.seen = getattr(self, "seen", []) + [result.stdout]
+
+
+def _config(tmp_path, **executor):
+    return config_from_dict({
+        "executor": {"binary_path": BEHAVE, "max_executors": 4, **executor},
+        "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}},
+        "dlq": {"path": str(tmp_path / "dlq.jsonl")},
+        "metrics": {"enabled": False}, "logging": {"level": "WARNING", "format": "console"},
+    })
+
+
+@pytest.fixture
+def thread_spawns(monkeypatch) -> list[int]:
+    """Counts the spawner thread's spawns (the native runner spawns in C and never gets here)."""
+    calls: list[int] = []
+    real = spawner._posix_spawnp
+
+    def counted(*args):
+        calls.append(threading.get_ident())
+        return real(*args)
+
+    monkeypatch.setattr(spawner, "_posix_spawnp", counted)
+    return calls
+
+
+@pytest.fixture
+def without_the_library(monkeypatch):
+    """As if knarr had been installed where no C compiler was."""
+    monkeypatch.setattr(native, "_runner", None)
+    monkeypatch.setattr(native, "_missing", None)
+    monkeypatch.setattr(native, "LIBRARY", "_knarr_runner_not_installed")
+
+
+async def test_a_worker_on_defaults_starts_its_tasks_through_the_native_runner(tmp_path, thread_spawns):
+    handler = Echo()
+    messages = [knarr.SourceMessage(topic="t", partition=0, offset=o, value=b"{}") for o in range(30)]
+    worker = Worker(_config(tmp_path), handler, source=MemorySource(messages))
+    assert await asyncio.wait_for(worker.run(), 60) == 0
+    assert sorted(handler.seen) == sorted(f"{o}\n" for o in range(30))
+    assert thread_spawns == []
+    assert native.started() is not None
+
+
+async def test_executor_spawner_thread_keeps_every_task_on_the_spawner_thread(tmp_path, thread_spawns):
+    handler = Echo()
+    messages = [knarr.SourceMessage(topic="t", partition=0, offset=o, value=b"{}") for o in range(12)]
+    worker = Worker(_config(tmp_path, spawner="thread"), handler, source=MemorySource(messages))
+    assert await asyncio.wait_for(worker.run(), 60) == 0
+    assert len(handler.seen) == 12 and len(thread_spawns) == 12
+
+
+def test_executor_spawner_native_without_the_runner_is_refused_saying_what_to_do(without_the_library):
+    with pytest.raises(ConfigError) as refused:
+        native.for_config("native")
+    said = str(refused.value)
+    assert "executor.spawner is native" in said
+    assert "C compiler" in said and "executor.spawner: thread" in said
+
+
+def test_auto_without_the_runner_falls_back_to_the_spawner_thread_and_says_so(without_the_library):
+    with capture_logs() as logged:
+        assert native.for_config("auto") is None
+    warnings = [entry for entry in logged if entry["log_level"] == "warning"]
+    assert len(warnings) == 1 and "spawner thread" in warnings[0]["event"]
+    assert "C compiler" in warnings[0]["why"]
+
+
+def test_executor_spawner_takes_only_its_three_choices(tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        _config(tmp_path, spawner="fork")
+    assert "executor.spawner" in str(refused.value)
+    for choice in ("auto", "native", "thread"):
+        assert _config(tmp_path, spawner=choice).executor.spawner == choice
+
+
+async def test_a_task_on_a_second_open_loop_goes_through_the_spawner_thread(thread_spawns):
+    runner = native.runner()
+    assert runner.claim(asyncio.get_running_loop())
+    first = await run_process([BEHAVE, "out=here"], stdin=None, env=None, timeout=10, runner=runner)
+    assert first.stdout == "here\n" and thread_spawns == []
+
+    def elsewhere():
+        return asyncio.run(run_process([BEHAVE, "out=there"], stdin=None, env=None, timeout=10, runner=runner))
+
+    second = await asyncio.to_thread(elsewhere)
+    assert second.stdout == "there\n" and len(thread_spawns) == 1
+    third = await run_process([BEHAVE, "out=here again"], stdin=None, env=None, timeout=10, runner=runner)
+    assert third.stdout == "here again\n" and len(thread_spawns) == 1

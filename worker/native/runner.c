@@ -1,0 +1,346 @@
+/* knarr's native task runner: starts task processes, waits for them and reaps them, off the
+ * event loop and without the GIL (knarr/engine/native.py drives it through ctypes).
+ *
+ * One thread per runner owns every process it starts. The event loop submits a task (argv,
+ * environment and the descriptors for stdin, stdout and stderr, all made by the loop) and
+ * later collects one event per task, in batches: an eventfd wakes the loop once for however
+ * many tasks ended meanwhile. The thread spawns each task in a session of its own (so its
+ * whole tree can be killed), with SIGPIPE and SIGXFSZ at their defaults and no signal
+ * blocked, then waits on the tasks' pidfds with one epoll. When a task's leader exits, its
+ * group is swept with SIGKILL (the unreaped leader keeps the group's id from being reused)
+ * and the leader is reaped.
+ *
+ * Every submitted task yields exactly one event: {id, pid, status}, status being the wait
+ * status, or -errno when the spawn failed (-ECANCELED: killed before it started).
+ *
+ * Locks: `jobs` covers the running list, each spawn from posix_spawnp until the process is
+ * listed, each reap, and kills; `queue` covers submitted tasks not started yet and the
+ * events. Whoever takes both takes `jobs` first. Holding `jobs` (kr_pause) therefore means
+ * no task process exists that is not listed: containment's sweep of detached orphans
+ * (containment.py) relies on it to leave the runner's processes alone.
+ *
+ * Linux only (pidfd_open: 5.3 or later). Build: cc -O2 -shared -fPIC -pthread runner.c
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define KR_ABI 1 /* bump when a signature or kr_event_t changes: native.py checks it */
+
+typedef struct {
+    int64_t id;
+    int32_t pid;    /* 0 when it never started */
+    int32_t status; /* wait status, or -errno */
+} kr_event_t;
+
+typedef struct job {
+    int64_t id;
+    const char *path;
+    char *const *argv;
+    char *const *envp; /* NULL: the worker's own environment */
+    int in, out, err;  /* in < 0: /dev/null */
+    int cancelled;
+    pid_t pid;
+    int pidfd;
+    struct job *next, *prev;
+} job_t;
+
+typedef struct {
+    pthread_mutex_t jobs, queue;
+    pthread_cond_t reaped;
+    job_t *queued_head, *queued_tail, *running;
+    kr_event_t *events;
+    size_t n_events, cap_events;
+    int signalled;
+    int epfd, wake_fd, done_fd;
+    posix_spawnattr_t attr;
+} runner_t;
+
+static const char DEV_NULL[] = "/dev/null";
+
+int kr_abi(void) { return KR_ABI; }
+
+/* --- events (under `queue`) ------------------------------------------------------------- */
+static void post(runner_t *r, int64_t id, pid_t pid, int status) {
+    pthread_mutex_lock(&r->queue);
+    if (r->n_events == r->cap_events) {
+        size_t cap = r->cap_events ? r->cap_events * 2 : 256;
+        kr_event_t *grown = realloc(r->events, cap * sizeof *grown);
+        while (!grown) { /* an event must never be lost: its task would wait forever */
+            pthread_mutex_unlock(&r->queue);
+            usleep(1000);
+            pthread_mutex_lock(&r->queue);
+            grown = realloc(r->events, cap * sizeof *grown);
+        }
+        r->events = grown;
+        r->cap_events = cap;
+    }
+    r->events[r->n_events++] = (kr_event_t){id, (int32_t)pid, status};
+    pthread_mutex_unlock(&r->queue);
+}
+
+static void notify(runner_t *r) {
+    pthread_mutex_lock(&r->queue);
+    if (r->n_events && !r->signalled) {
+        uint64_t one = 1;
+        if (write(r->done_fd, &one, sizeof one) == sizeof one) r->signalled = 1;
+    }
+    pthread_mutex_unlock(&r->queue);
+}
+
+/* --- the runner's thread (spawn and reap under `jobs`) ----------------------------------- */
+static void unlist(runner_t *r, job_t *job) {
+    if (job->prev) job->prev->next = job->next;
+    else r->running = job->next;
+    if (job->next) job->next->prev = job->prev;
+}
+
+static void reap_now(pid_t pid, int *status) {
+    while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
+    }
+}
+
+static void spawn(runner_t *r, job_t *job) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    if (job->in >= 0) posix_spawn_file_actions_adddup2(&actions, job->in, 0);
+    else posix_spawn_file_actions_addopen(&actions, 0, DEV_NULL, O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, job->out, 1);
+    posix_spawn_file_actions_adddup2(&actions, job->err, 2);
+    pid_t pid;
+    int code = posix_spawnp(&pid, job->path, &actions, &r->attr, job->argv, job->envp ? job->envp : environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (code) {
+        post(r, job->id, 0, -code);
+        free(job);
+        return;
+    }
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = job};
+    if (pidfd < 0 || epoll_ctl(r->epfd, EPOLL_CTL_ADD, pidfd, &ev) < 0) {
+        int failure = errno, status = 0;
+        kill(-pid, SIGKILL);
+        reap_now(pid, &status);
+        if (pidfd >= 0) close(pidfd);
+        post(r, job->id, pid, -failure);
+        free(job);
+        return;
+    }
+    job->pid = pid;
+    job->pidfd = pidfd;
+    job->prev = NULL;
+    job->next = r->running;
+    if (r->running) r->running->prev = job;
+    r->running = job;
+}
+
+static void start_queued(runner_t *r) {
+    for (;;) {
+        pthread_mutex_lock(&r->jobs);
+        pthread_mutex_lock(&r->queue);
+        job_t *job = r->queued_head;
+        if (job) {
+            r->queued_head = job->next;
+            if (!r->queued_head) r->queued_tail = NULL;
+        }
+        pthread_mutex_unlock(&r->queue);
+        if (!job) {
+            pthread_mutex_unlock(&r->jobs);
+            return;
+        }
+        if (job->cancelled) {
+            post(r, job->id, 0, -ECANCELED);
+            free(job);
+        } else {
+            spawn(r, job);
+        }
+        pthread_mutex_unlock(&r->jobs);
+    }
+}
+
+static void reap(runner_t *r, job_t *job) {
+    int status = 0;
+    pthread_mutex_lock(&r->jobs);
+    kill(-job->pid, SIGKILL); /* the group's stragglers; the leader is unreaped, so the id is still ours */
+    reap_now(job->pid, &status);
+    /* Deregister before closing: a child that has not finished its exec yet may hold a copy of
+     * the descriptor, and epoll drops an entry only with the file's last descriptor. */
+    epoll_ctl(r->epfd, EPOLL_CTL_DEL, job->pidfd, NULL);
+    close(job->pidfd);
+    unlist(r, job);
+    post(r, job->id, job->pid, status);
+    pthread_cond_broadcast(&r->reaped);
+    pthread_mutex_unlock(&r->jobs);
+    free(job);
+}
+
+static void *serve(void *arg) {
+    runner_t *r = arg;
+    struct epoll_event events[64];
+    for (;;) {
+        int n = epoll_wait(r->epfd, events, 64, -1);
+        for (int i = 0; i < n; i++) {
+            if (events[i].data.ptr == NULL) {
+                uint64_t count;
+                if (read(r->wake_fd, &count, sizeof count) < 0) { /* EAGAIN: someone else read it */ }
+                start_queued(r);
+            } else {
+                reap(r, events[i].data.ptr);
+            }
+        }
+        notify(r);
+    }
+    return NULL;
+}
+
+/* --- the loop's side -------------------------------------------------------------------- */
+
+/* A new runner with its thread started, or NULL (errno says why). One per process is plenty. */
+runner_t *kr_new(void) {
+    runner_t *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    pthread_mutex_init(&r->jobs, NULL);
+    pthread_mutex_init(&r->queue, NULL);
+    pthread_cond_init(&r->reaped, NULL);
+    r->epfd = epoll_create1(EPOLL_CLOEXEC);
+    r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    r->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    struct epoll_event wake = {.events = EPOLLIN, .data.ptr = NULL};
+    if (r->epfd < 0 || r->wake_fd < 0 || r->done_fd < 0 || epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->wake_fd, &wake) < 0)
+        goto fail;
+    sigset_t none, defaults, all, previous;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGPIPE); /* Python ignores both, and an ignored signal stays ignored across exec */
+    sigaddset(&defaults, SIGXFSZ);
+    posix_spawnattr_init(&r->attr);
+    posix_spawnattr_setsigmask(&r->attr, &none);
+    posix_spawnattr_setsigdefault(&r->attr, &defaults);
+    posix_spawnattr_setflags(&r->attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    /* The thread takes no signal: the interpreter's handlers belong to its main thread. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    pthread_t thread;
+    int code = pthread_create(&thread, NULL, serve, r);
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    if (code) {
+        errno = code;
+        goto fail;
+    }
+    pthread_detach(thread);
+    return r;
+fail:;
+    int failure = errno;
+    if (r->epfd >= 0) close(r->epfd);
+    if (r->wake_fd >= 0) close(r->wake_fd);
+    if (r->done_fd >= 0) close(r->done_fd);
+    free(r);
+    errno = failure;
+    return NULL;
+}
+
+/* The eventfd that becomes readable when events are waiting. */
+int kr_done_fd(runner_t *r) { return r->done_fd; }
+
+/* Queue a task. path, argv and envp must stay valid, and the descriptors open, until its event
+ * arrives or kr_kill has returned for it. Returns 0, or -ENOMEM. */
+int kr_submit(runner_t *r, int64_t id, const char *path, char *const *argv, char *const *envp, int in, int out,
+              int err) {
+    job_t *job = calloc(1, sizeof *job);
+    if (!job) return -ENOMEM;
+    *job = (job_t){.id = id, .path = path, .argv = argv, .envp = envp, .in = in, .out = out, .err = err};
+    pthread_mutex_lock(&r->queue);
+    if (r->queued_tail) r->queued_tail->next = job;
+    else r->queued_head = job;
+    r->queued_tail = job;
+    pthread_mutex_unlock(&r->queue);
+    uint64_t one = 1;
+    if (write(r->wake_fd, &one, sizeof one) < 0) { /* the counter is full: the thread is awake anyway */ }
+    return 0;
+}
+
+/* Move up to max waiting events into out; returns how many. */
+int kr_collect(runner_t *r, kr_event_t *out, int max) {
+    pthread_mutex_lock(&r->queue);
+    size_t n = r->n_events < (size_t)max ? r->n_events : (size_t)max;
+    memcpy(out, r->events, n * sizeof *out);
+    memmove(r->events, r->events + n, (r->n_events - n) * sizeof *out);
+    r->n_events -= n;
+    if (!r->n_events && r->signalled) {
+        uint64_t count;
+        if (read(r->done_fd, &count, sizeof count) < 0) { /* already drained */ }
+        r->signalled = 0;
+    }
+    pthread_mutex_unlock(&r->queue);
+    return (int)n;
+}
+
+static job_t *find_running(runner_t *r, int64_t id) {
+    for (job_t *job = r->running; job; job = job->next)
+        if (job->id == id) return job;
+    return NULL;
+}
+
+/* Stop a task: 1 if it had not started (it never will; its event says -ECANCELED), 2 if it was
+ * running (its group got SIGKILL; with wait_seconds > 0, returns once it is reaped or that long
+ * has passed), 0 if it had ended already. After this returns, the runner no longer uses the
+ * task's argv, environment or descriptors. */
+int kr_kill(runner_t *r, int64_t id, double wait_seconds) {
+    pthread_mutex_lock(&r->jobs);
+    pthread_mutex_lock(&r->queue);
+    for (job_t *job = r->queued_head; job; job = job->next) {
+        if (job->id == id) {
+            job->cancelled = 1;
+            pthread_mutex_unlock(&r->queue);
+            pthread_mutex_unlock(&r->jobs);
+            return 1;
+        }
+    }
+    pthread_mutex_unlock(&r->queue);
+    job_t *job = find_running(r, id);
+    if (!job) {
+        pthread_mutex_unlock(&r->jobs);
+        return 0;
+    }
+    kill(-job->pid, SIGKILL);
+    if (wait_seconds > 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)wait_seconds;
+        until.tv_nsec += (long)((wait_seconds - (double)(time_t)wait_seconds) * 1e9);
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec += 1;
+            until.tv_nsec -= 1000000000L;
+        }
+        while (find_running(r, id))
+            if (pthread_cond_timedwait(&r->reaped, &r->jobs, &until) == ETIMEDOUT) break;
+    }
+    pthread_mutex_unlock(&r->jobs);
+    return 2;
+}
+
+/* Hold off spawns and reaps (1), or 0 when one is under way; kr_resume ends the pause. */
+int kr_pause(runner_t *r) { return pthread_mutex_trylock(&r->jobs) == 0; }
+
+void kr_resume(runner_t *r) { pthread_mutex_unlock(&r->jobs); }
+
+/* Whether pid is a task process of this runner; call only while paused. */
+int kr_owns(runner_t *r, int pid) {
+    for (job_t *job = r->running; job; job = job->next)
+        if (job->pid == pid) return 1;
+    return 0;
+}

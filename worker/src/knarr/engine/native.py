@@ -1,0 +1,192 @@
+"""The native task runner: a C thread (worker/native/runner.c) that spawns, waits for and reaps tasks.
+
+The spawner thread (spawner.py) keeps fork and exec off the event loop, but still pays for
+Python on every task: its own bytecode and ctypes calls under the GIL, and, on the loop, a
+pidfd to register and unregister, a waitpid, a group kill and a close. The native runner does
+all of that in C: the loop makes the task's memfds, submits argv, environment and descriptors
+in one call and gets one event per ended task, in batches, through a single eventfd that stays
+registered with the loop. bench/spawners.py measured the difference (README, Performance).
+
+It is built into the wheel when a C compiler is there at install time (worker/hatch_build.py).
+``executor.spawner`` chooses: ``auto`` (the default) uses it when it is built and falls back to
+the spawner thread, saying so once; ``native`` refuses to start without it; ``thread`` never
+uses it.
+
+One runner serves the process, and it answers one event loop at a time: the first loop that
+uses it keeps it until that loop closes (a worker runs on one loop; a test suite's loops come
+one after another). A task on another loop meanwhile goes through the spawner thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import importlib.util
+import itertools
+import os
+from dataclasses import dataclass
+
+from knarr.engine.spawner import EnvCache, c_strings, exec_arg
+from knarr.errors import ConfigError
+from knarr.observability.logging import get_logger
+
+ABI = 1  # runner.c's KR_ABI
+LIBRARY = "_knarr_runner"  # site-packages/_knarr_runner.so, put there by the wheel
+_BATCH = 256
+KILL_WAIT_SECONDS = 5.0  # a cancelled task's group got SIGKILL: this long at most for the kernel to end it
+
+log = get_logger(component="native-runner")
+
+
+class _Event(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int64), ("pid", ctypes.c_int32), ("status", ctypes.c_int32)]
+
+
+class NativeRunnerMissing(RuntimeError):
+    """The native runner is not built or cannot start; ``str()`` says why and what to do."""
+
+
+def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
+    spec = importlib.util.find_spec(LIBRARY)
+    if spec is None or not spec.origin:
+        raise NativeRunnerMissing(
+            "knarr's native task runner is not installed: no C compiler was found when knarr was installed "
+            "(install gcc or set $CC, then reinstall knarr), or set executor.spawner: thread")
+    try:
+        # Two views, as spawner.py has: calls that may wait (kr_new, kr_kill) release the GIL;
+        # the quick ones keep it, so the loop never waits on another thread to get it back.
+        waiting, quick = ctypes.CDLL(spec.origin), ctypes.PyDLL(spec.origin)
+    except OSError as exc:
+        raise NativeRunnerMissing(f"knarr's native task runner at {spec.origin} cannot be loaded ({exc}); "
+                                  "reinstall knarr, or set executor.spawner: thread") from exc
+    if quick.kr_abi() != ABI:
+        raise NativeRunnerMissing(f"knarr's native task runner at {spec.origin} is from another knarr version "
+                                  f"(ABI {quick.kr_abi()}, expected {ABI}); reinstall knarr")
+    waiting.kr_new.restype = ctypes.c_void_p
+    waiting.kr_new.argtypes = []
+    waiting.kr_kill.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double]
+    quick.kr_done_fd.argtypes = [ctypes.c_void_p]
+    quick.kr_submit.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    quick.kr_collect.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Event), ctypes.c_int]
+    quick.kr_pause.argtypes = [ctypes.c_void_p]
+    quick.kr_resume.argtypes = [ctypes.c_void_p]
+    quick.kr_resume.restype = None
+    quick.kr_owns.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    return waiting, quick
+
+
+@dataclass(slots=True)
+class NativeJob:
+    """A submitted task: ``ended`` gets (pid, status), status being a wait status or -errno."""
+
+    id: int
+    ended: asyncio.Future
+    keep: tuple  # what the runner reads until the task has started: path, argv and envp arrays
+
+
+class NativeRunner:
+    """This process's native runner; ``claim(loop)`` before ``submit`` on that loop."""
+
+    def __init__(self) -> None:
+        self._waiting, self._lib = _load()
+        handle = self._waiting.kr_new()
+        if not handle:
+            code = ctypes.get_errno()
+            raise NativeRunnerMissing(f"knarr's native task runner cannot start its thread ({os.strerror(code)})")
+        self._handle = ctypes.c_void_p(handle)
+        self._fd = self._lib.kr_done_fd(self._handle)
+        self._events = (_Event * _BATCH)()
+        self._jobs: dict[int, NativeJob] = {}
+        self._ids = itertools.count(1)
+        self._env = EnvCache()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def claim(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Serve ``loop`` (True), unless another loop that is still open has the runner (False)."""
+        if self._loop is loop:
+            return True
+        if self._loop is not None and not self._loop.is_closed():
+            return False
+        self._jobs.clear()  # the closed loop's tasks: nobody awaits them; their events are dropped
+        loop.add_reader(self._fd, self._collect)
+        self._loop = loop
+        return True
+
+    def submit(self, argv: list[str], env: dict[str, str] | None, stdin: int, out: int, err: int) -> NativeJob:
+        """Queue ``argv``; raises what os.posix_spawnp would for arguments exec cannot take (ValueError, TypeError)."""
+        encoded = [exec_arg(a) for a in argv]
+        args = c_strings(encoded)
+        envp = None if env is None else self._env.encoded(env)
+        job = NativeJob(next(self._ids), self._loop.create_future(), (encoded, args, envp))
+        code = self._lib.kr_submit(self._handle, job.id, encoded[0], args, envp, stdin, out, err)
+        if code:
+            raise OSError(-code, os.strerror(-code))
+        self._jobs[job.id] = job
+        return job
+
+    def kill(self, job: NativeJob, wait: bool = False) -> None:
+        """SIGKILL the task's group (or make sure it never starts); ``wait``: until it is reaped, and forget it."""
+        self._waiting.kr_kill(self._handle, job.id, KILL_WAIT_SECONDS if wait else 0.0)
+        if wait:
+            self._jobs.pop(job.id, None)
+
+    def _collect(self) -> None:
+        jobs, events = self._jobs, self._events
+        while True:
+            count = self._lib.kr_collect(self._handle, events, _BATCH)
+            for event in events[:count]:
+                job = jobs.pop(event.id, None)
+                if job is not None and not job.ended.done():
+                    job.ended.set_result((event.pid, event.status))
+            if count < _BATCH:
+                return
+
+    # --- containment's sweep ---------------------------------------------------------------
+    def pause(self) -> bool:
+        """Hold off spawns and reaps, so every task process of this runner is listed; False if one is under way."""
+        return bool(self._lib.kr_pause(self._handle))
+
+    def resume(self) -> None:
+        self._lib.kr_resume(self._handle)
+
+    def owns(self, pid: int) -> bool:
+        """Whether ``pid`` is one of this runner's task processes (only while paused)."""
+        return bool(self._lib.kr_owns(self._handle, pid))
+
+
+_runner: NativeRunner | None = None
+_missing: NativeRunnerMissing | None = None
+
+
+def runner() -> NativeRunner:
+    """This process's native runner, started on first use; raises NativeRunnerMissing (every time) if it cannot be."""
+    global _runner, _missing
+    if _runner is None:
+        if _missing is not None:
+            raise _missing
+        try:
+            _runner = NativeRunner()
+        except NativeRunnerMissing as exc:
+            _missing = exc
+            raise
+    return _runner
+
+
+def started() -> NativeRunner | None:
+    """The native runner if something started it (containment's sweep must then ask it), else None."""
+    return _runner
+
+
+def for_config(spawner: str) -> NativeRunner | None:
+    """The runner ``executor.spawner`` asks for, or None for the spawner thread; ConfigError if ``native`` cannot be."""
+    if spawner == "thread":
+        return None
+    try:
+        return runner()
+    except NativeRunnerMissing as exc:
+        if spawner == "native":
+            raise ConfigError(f"executor.spawner is native, but {exc}") from None
+        log.warning("tasks start through the spawner thread: the native runner is missing (executor.spawner: auto)",
+                    why=str(exc))
+        return None
