@@ -7,6 +7,7 @@ behind) is tested in test_processes.py, once per spawner.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
 import knarr
@@ -116,3 +117,21 @@ async def test_a_task_on_a_second_open_loop_goes_through_the_spawner_thread(thre
     assert second.stdout == "there\n" and len(thread_spawns) == 1
     third = await run_process([BEHAVE, "out=here again"], stdin=None, env=None, timeout=10, runner=runner)
     assert third.stdout == "here again\n" and len(thread_spawns) == 1
+
+
+def test_a_forked_child_starts_a_runner_of_its_own():
+    parent = native.runner()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's runner thread is not here, so it must not be used
+        try:
+            child = native.runner()
+            outcome = asyncio.run(run_process([BEHAVE, "out=child"], stdin=None, env=None, timeout=10, runner=child))
+            os.write(write, b"ok" if child is not parent and outcome.stdout == "child\n" else b"no")
+        finally:
+            os._exit(0)
+    os.close(write)
+    said = os.read(read, 16)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert said == b"ok"

@@ -173,6 +173,15 @@ def runner() -> NativeRunner:
     return _runner
 
 
+def _forget_in_child() -> None:
+    """A forked child has none of its parent's threads: it starts its own runner when it needs one."""
+    global _runner, _missing
+    _runner = _missing = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def started() -> NativeRunner | None:
     """The native runner if something started it (containment's sweep must then ask it), else None."""
     return _runner

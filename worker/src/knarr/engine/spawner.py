@@ -373,3 +373,12 @@ def spawner() -> Spawner:
     if _spawner is None:
         _spawner = Spawner()
     return _spawner
+
+
+def _forget_in_child() -> None:
+    """A forked child has none of its parent's threads: it starts its own spawner when it needs one."""
+    global _spawner
+    _spawner = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
