@@ -9,12 +9,13 @@ runs of /bin/true, ``--concurrency`` at a time, while a probe measures the event
                   GIL through the whole call (py_posix_spawn in Modules/posixmodule.c has no
                   Py_BEGIN_ALLOW_THREADS around posix_spawn), so the loop still stalls
   thread-ctypes   libc's posix_spawnp through ctypes on one spawner thread, GIL released
-                  during the call: knarr.engine.spawner, through run_process (what the engine runs)
+                  during the call: knarr.engine.spawner, through run_process (executor.spawner: thread)
   helper          a spawner helper process (Python) taking requests over a Unix socket, the
                   memfds passed with SCM_RIGHTS; it spawns, sweeps and reaps, and reports exits
-  native          a C thread (bench/native_runner.c, built with the C compiler at hand) that spawns,
-                  waits on the pidfds with one epoll, sweeps and reaps; the loop submits each task
-                  with one ctypes call and is woken once per batch of ended tasks through an eventfd
+  native          knarr's native runner (knarr.engine.native, worker/native/runner.c), through
+                  run_process (executor.spawner: native, the default where it is built): a C thread
+                  spawns, waits on the pidfds with one epoll, sweeps and reaps; the loop submits each
+                  task with one ctypes call and is woken once per batch of ended tasks
   C floor         the same spawns from C (bench/spawn_floor.c), one process, no event loop
 
 For each: tasks/s, the worker's CPU per task (this process, every thread; for the helper also
@@ -28,30 +29,26 @@ from __future__ import annotations
 import argparse
 import array
 import asyncio
-import ctypes
 import os
 import pickle
-import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from knarr.engine import event_loop
+from knarr.engine import event_loop, native
 from knarr.engine.capture import CapturedStream
 from knarr.engine.processes import run_process
 from knarr.observability.loop_lag import LoopLagProbe
 
 from engine import cpu_self, spawn_floor_c, stat_cpu_seconds  # bench/engine.py: make bench's clocks and C floor
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 BINARY = "/bin/true"
 CAP = 8 * 1024 * 1024
 _DEVNULL = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
@@ -152,7 +149,7 @@ async def thread_ctypes(count: int, concurrency: int) -> Row:
         outcome = await run_process([BINARY], stdin=None, env=env, timeout=30)
         return outcome.exit_code
 
-    return await _timed("thread-ctypes: knarr's spawner (run_process)", count, concurrency, one)
+    return await _timed("thread-ctypes: knarr's spawner thread (run_process)", count, concurrency, one)
 
 
 _HELPER = r'''
@@ -239,67 +236,20 @@ async def helper_process(count: int, concurrency: int) -> Row:
         helper.wait(10)
 
 
-class _Ended(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_int64), ("status", ctypes.c_int32), ("out", ctypes.c_int32), ("err", ctypes.c_int32)]
-
-
-def _native_library() -> ctypes.CDLL | None:
-    """bench/native_runner.c, built with the C compiler at hand into a temporary directory; None without one."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
+async def native_runner(count: int, concurrency: int) -> Row | None:
+    """knarr's native runner (knarr.engine.native) through run_process; None where it is not built."""
+    try:
+        runner = native.runner()
+    except native.NativeRunnerMissing as exc:
+        print(f"native: skipped ({exc})", file=sys.stderr)
         return None
-    built = Path(tempfile.mkdtemp(prefix="knarr-native-")) / "native_runner.so"
-    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-pthread", "-o", str(built),
-                    str(REPO_ROOT / "bench" / "native_runner.c")], check=True)
-    return ctypes.CDLL(str(built))  # CDLL: the GIL is released around every call
-
-
-async def native(count: int, concurrency: int) -> Row | None:
-    """A C thread spawns and reaps; the loop submits, is woken once per batch of ends, reads the memfds."""
-    library = _native_library()
-    if library is None:
-        return None
-    loop = asyncio.get_running_loop()
-    argv = (ctypes.c_char_p * 2)(os.fsencode(BINARY), None)
-    library.runner_start.argtypes = [ctypes.c_void_p]
-    library.runner_submit.argtypes = [ctypes.c_int64]
-    library.runner_collect.argtypes = [ctypes.POINTER(_Ended), ctypes.c_int]
-    done_fd = library.runner_start(argv)
-    if done_fd < 0:
-        raise OSError(-done_fd, os.strerror(-done_fd))
-    ended = (_Ended * 256)()
-    waiting: dict[int, asyncio.Future] = {}
-    counter = 0
-
-    def on_ended() -> None:
-        while True:
-            n = library.runner_collect(ended, len(ended))
-            for record in ended[:n]:
-                waiting.pop(record.id).set_result((record.status, record.out, record.err))
-            if n < len(ended):
-                return
-
-    loop.add_reader(done_fd, on_ended)
+    env = {"PATH": "/usr/bin:/bin"}
 
     async def one() -> int:
-        nonlocal counter
-        counter += 1
-        future = waiting[counter] = loop.create_future()
-        library.runner_submit(counter)
-        status, out_fd, err_fd = await future
-        out, err = CapturedStream.adopt(out_fd, CAP), CapturedStream.adopt(err_fd, CAP)
-        try:
-            out.read(), err.read()
-        finally:
-            out.close(), err.close()
-        if status < 0:
-            raise OSError(-status, os.strerror(-status))
-        return os.waitstatus_to_exitcode(status)
+        outcome = await run_process([BINARY], stdin=None, env=env, timeout=30, runner=runner)
+        return outcome.exit_code
 
-    try:
-        return await _timed("native: a C thread spawns and reaps (ctypes)", count, concurrency, one)
-    finally:
-        loop.remove_reader(done_fd)  # the runner's thread stays, idle, until the bench exits
+    return await _timed("native: knarr's native runner (run_process)", count, concurrency, one)
 
 
 def c_floor(count: int, concurrency: int) -> Row | None:
@@ -311,7 +261,7 @@ def c_floor(count: int, concurrency: int) -> Row | None:
 
 
 OPTIONS = {"loop": on_loop, "thread-os": thread_os, "thread-ctypes": thread_ctypes, "helper": helper_process,
-           "native": native}
+           "native": native_runner}
 
 
 def report(rows: list[Row], floor: Row | None, concurrency: int) -> None:
