@@ -126,6 +126,25 @@ async def test_a_program_starts_with_sigpipe_and_sigxfsz_at_their_defaults(tmp_p
     assert not mask & (1 << 12 | 1 << 24)  # SIGPIPE (13), SIGXFSZ (25)
 
 
+async def test_a_program_runs_under_sched_batch_so_its_wake_ups_never_preempt_the_event_loop(tmp_path):
+    from knarr.config.loading import config_from_dict
+    from knarr.engine.persistent import ProgramPool
+
+    stat = tmp_path / "stat"
+    command = ["sh", "-c", f"cat /proc/$$/stat > {stat}; exec {shlex.join(BEHAVE_PERSISTENT)}"]
+    config = config_from_dict({"executor": {"persistent": {"command": command}},
+                               "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}}})
+    pool = ProgramPool(config.executor, {})
+    try:
+        outcome = await pool.run(tuple(command), knarr.ExecutorTask(args=["out=ok"]), 30)
+    finally:
+        await pool.close()
+    assert (outcome.exit_code, outcome.stdout) == (0, "ok\n")
+    policy = int(stat.read_text().rpartition(")")[2].split()[38])  # field 41 of proc(5)'s stat
+    assert policy == os.SCHED_BATCH
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the worker itself keeps the default policy
+
+
 # --- parity with spawn mode -----------------------------------------------------------------------
 PARITY_JOBS = [
     {"id": 0, "args": ["out=hello", "err=note"]},

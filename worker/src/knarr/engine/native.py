@@ -51,7 +51,8 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
     if spec is None or not spec.origin:
         raise NativeRunnerMissing(
             "knarr's native task runner is not installed: no C compiler was found when knarr was installed "
-            "(install gcc or set $CC, then reinstall knarr), or set executor.spawner: thread")
+            "(install gcc or set $CC, then reinstall knarr; in a checkout: uv sync --reinstall-package knarr), "
+            "or set executor.spawner: thread")
     try:
         # Two views, as spawner.py has: calls that may wait (kr_new, kr_kill) release the GIL;
         # the quick ones keep it, so the loop never waits on another thread to get it back.

@@ -14,6 +14,15 @@ it: a per-task cost spawn mode cannot afford (containment.py) is nothing once pe
 The parent-death signal follows the thread that spawned the program, so programs are spawned
 from a thread of the loop's default executor (off the event loop, and alive until the loop
 closes), never from a short-lived one.
+
+The trampoline also puts the program under Linux's SCHED_BATCH policy (where the kernel allows
+it): the same share of CPU, but no preemption on wake-up. A request written to a program's
+stdin wakes it, and a pipe's wake-up hints that the writer is about to sleep, so the program
+used to take the event loop's core at once, while the loop had other tasks to feed; under
+SCHED_BATCH it waits for the loop's time slice, or runs on a free core. Four alternated pairs of
+persistent-mode runs (W1, 20,000 messages): 7,674 against 6,971 tasks/s (medians), 108 against
+117 us of worker CPU per task. Task processes in spawn mode keep the default policy: there it
+measured slower (1,562 and 1,582 against 1,663 and 1,664 tasks/s).
 """
 
 from __future__ import annotations
@@ -38,6 +47,10 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TRAMPOLINE = r"""
 import ctypes, os, signal, sys
 ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG = 1, SIGKILL = 9
+try:
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))  # see the module's docstring
+except OSError:
+    pass
 for number in RESET:
     signal.signal(number, signal.SIG_DFL)
 if os.getppid() != int(sys.argv[1]):
