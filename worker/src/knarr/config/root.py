@@ -21,7 +21,7 @@ from knarr.config.models import (
 )
 from knarr.config.paths import HandlerSpec
 
-GC_THRESHOLD = 10_000  # gc_threshold's default; engine/event_loop.py says why
+GC_THRESHOLD = 700  # gc_threshold's default (Python's own); engine/event_loop.py says why
 
 __all__ = ["CONFIG_PATH_ENV", "ENV_DELIMITER", "ENV_PREFIX", "KnarrConfig", "dump_config"]
 
@@ -56,8 +56,9 @@ class KnarrConfig(Section):
         GC_THRESHOLD, ge=0, le=1_000_000,
         description="In `knarr run` and `knarr demo`: Python's cyclic garbage collector takes its young "
         "generation every this many allocations (gc.set_threshold's first value; Python's own default is 700, "
-        "0 turns automatic collection off), and start-up's objects are frozen out of collections. Fewer "
-        "collections cost less CPU per message; garbage in reference cycles waits longer to be freed.",
+        "0 turns automatic collection off), and start-up's objects are frozen out of collections. A higher "
+        "value costs less CPU per message, and holds more memory: garbage in reference cycles waits longer "
+        "(10,000: 6-10 us less per message, 40 MiB more peak RSS with 4,000 messages queued).",
     )
 
     @model_validator(mode="after")

@@ -11,13 +11,14 @@ itself through ``asyncio.create_subprocess_exec`` (441 a second here, against 1,
 asyncio's loop). Tasks never take that path (spawner.py); work that does belongs in tasks.
 
 The same processes also set Python's cyclic garbage collector for a worker (``gc_threshold``).
-Every message allocates a few hundred objects (models, futures, dicts), and with Python's
-default the young generation was collected every 700 of them, each time walking everything
-still in flight: 15–25 µs per message on W1 in persistent mode (timed through gc.callbacks),
-a tenth of the loop's work. What start-up made (imports, the config, the handler) is frozen
-out of every later collection, and the young generation is collected every ``gc_threshold``
-allocations: 9–15 µs per message at 10,000, for 3 MB more peak RSS (50,000 saved no more and
-cost 6 MB). Cycles are still collected; garbage in them waits a little longer.
+What start-up made (imports, the config, the handler) is frozen out of every later collection,
+so no collection walks it again. Every message allocates a few hundred objects (models,
+futures, dicts), and with Python's default threshold, kept as the default here, the young
+generation is collected every 700 of them: 15–25 µs per message on W1 in persistent mode
+(timed through gc.callbacks). A threshold of 10,000 took that to 9–15 µs, but garbage in
+reference cycles then waits longer: the worker's peak RSS grew from 99 to 138 MiB with 4,000
+messages queued (bench-compare's W1 with the same limits), 2,000 still cost 22 MiB. Raise it
+where CPU is scarcer than memory.
 
 Only the processes knarr starts itself (``knarr run``, ``knarr demo``) choose: a Worker
 embedded in an application's own ``asyncio.run`` runs on whatever loop and collector that
