@@ -107,13 +107,13 @@ def persistent(**settings) -> dict:
     return {"persistent": {"command": BEHAVE_PERSISTENT, **settings}}
 
 
-async def test_a_program_starts_with_sigpipe_and_sigxfsz_at_their_defaults(tmp_path):
-    """The trampoline is a Python, which ignores both at start-up; the program it becomes must not inherit that."""
+async def _proc_file_of_a_program(tmp_path, name: str) -> str:
+    """/proc/<pid>/<name> of a persistent program as it starts (through the trampoline), after it answered a task."""
     from knarr.config.loading import config_from_dict
     from knarr.engine.persistent import ProgramPool
 
-    status = tmp_path / "status"
-    command = ["sh", "-c", f"cat /proc/$$/status > {status}; exec {shlex.join(BEHAVE_PERSISTENT)}"]
+    copy = tmp_path / name
+    command = ["sh", "-c", f"cat /proc/$$/{name} > {copy}; exec {shlex.join(BEHAVE_PERSISTENT)}"]
     config = config_from_dict({"executor": {"persistent": {"command": command}},
                                "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}}})
     pool = ProgramPool(config.executor, {})
@@ -122,25 +122,19 @@ async def test_a_program_starts_with_sigpipe_and_sigxfsz_at_their_defaults(tmp_p
     finally:
         await pool.close()
     assert (outcome.exit_code, outcome.stdout) == (0, "ok\n")
-    mask = int(next(line for line in status.read_text().splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+    return copy.read_text()
+
+
+async def test_a_program_starts_with_sigpipe_and_sigxfsz_at_their_defaults(tmp_path):
+    """The trampoline is a Python, which ignores both at start-up; the program it becomes must not inherit that."""
+    status = await _proc_file_of_a_program(tmp_path, "status")
+    mask = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
     assert not mask & (1 << 12 | 1 << 24)  # SIGPIPE (13), SIGXFSZ (25)
 
 
 async def test_a_program_runs_under_sched_batch_so_its_wake_ups_never_preempt_the_event_loop(tmp_path):
-    from knarr.config.loading import config_from_dict
-    from knarr.engine.persistent import ProgramPool
-
-    stat = tmp_path / "stat"
-    command = ["sh", "-c", f"cat /proc/$$/stat > {stat}; exec {shlex.join(BEHAVE_PERSISTENT)}"]
-    config = config_from_dict({"executor": {"persistent": {"command": command}},
-                               "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}}})
-    pool = ProgramPool(config.executor, {})
-    try:
-        outcome = await pool.run(tuple(command), knarr.ExecutorTask(args=["out=ok"]), 30)
-    finally:
-        await pool.close()
-    assert (outcome.exit_code, outcome.stdout) == (0, "ok\n")
-    policy = int(stat.read_text().rpartition(")")[2].split()[38])  # field 41 of proc(5)'s stat
+    stat = await _proc_file_of_a_program(tmp_path, "stat")
+    policy = int(stat.rpartition(")")[2].split()[38])  # field 41 of proc(5)'s stat
     assert policy == os.SCHED_BATCH
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the worker itself keeps the default policy
 
