@@ -126,7 +126,7 @@ class ExecutorConfig(Section):
     )
     max_output_bytes: int = Field(8 * _MIB, ge=1024, le=256 * _MIB, description="Most bytes of stdout and of stderr kept per task (the head); the rest is dropped and the result's stdout_truncated / stderr_truncated say so.")
     persistent: PersistentConfig | None = Field(None, description="Run tasks in long-lived programs instead of one process per task (see the README's Persistent executors and docs/task-protocol.md).")
-    spawner: Literal["auto", "native", "thread"] = Field("auto", description="What starts and reaps task processes: the native runner (a C thread built at install time; about a quarter less worker CPU per task), the spawner thread (Python), or auto: native when it was built, else the thread, with a warning. Persistent programs are unaffected.")
+    spawner: Literal["auto", "native", "thread"] = Field("auto", description="What starts and reaps task processes: the native runner (a C thread built at install time; a sixth less worker CPU per task in spawn mode), the spawner thread (Python), or auto: native when it was built, else the thread, with a warning. Persistent programs are unaffected.")
     task_cgroup: bool = Field(True, description="knarr run moves itself into a cgroup v2 of its own where the hierarchy is writable, so every process a task starts (detached or not) dies with the worker.")
 
     @field_validator("env", "env_inherit")
