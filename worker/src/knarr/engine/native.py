@@ -109,7 +109,7 @@ class NativeRunner:
             return True
         if self._loop is not None and not self._loop.is_closed():
             return False
-        self._jobs.clear()  # the closed loop's tasks: nobody awaits them; their events are dropped
+        # A closed loop's tasks stay listed until their events come: the runner may still read their arguments.
         loop.add_reader(self._fd, self._collect)
         self._loop = loop
         return True
@@ -138,7 +138,7 @@ class NativeRunner:
             count = self._lib.kr_collect(self._handle, events, _BATCH)
             for event in events[:count]:
                 job = jobs.pop(event.id, None)
-                if job is not None and not job.ended.done():
+                if job is not None and not job.ended.done() and job.ended.get_loop() is self._loop:
                     job.ended.set_result((event.pid, event.status))
             if count < _BATCH:
                 return

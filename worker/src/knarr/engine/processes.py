@@ -294,7 +294,7 @@ async def _run_native(
         watch = _Watch(loop, timeout, out, err, lambda: runner.kill(job), job.ended)
         try:
             pid, status = await job.ended
-        except asyncio.CancelledError:  # shutdown: kill the tree and let the runner reap it before going on
+        except BaseException:  # cancelled (shutdown), or closed unfinished: kill the tree, reaped before going on
             runner.kill(job, wait=True)
             raise
         finally:
