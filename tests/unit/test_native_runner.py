@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import uuid
 
 import knarr
 import pytest
@@ -22,7 +21,6 @@ from knarr.sources.memory import MemorySource
 from structlog.testing import capture_logs
 
 from tests.worker.harness import BEHAVE
-from tests.worker.procs import alive_with
 
 
 class Echo(knarr.BaseHandler[None, None]):
@@ -138,20 +136,3 @@ def test_a_forked_child_starts_a_runner_of_its_own():
     os.waitpid(pid, 0)
     assert said == b"ok"
 
-
-async def test_a_run_dropped_unfinished_kills_and_reaps_its_task_before_its_descriptors_close():
-    """A coroutine closed mid-run (a loop torn down without cancelling it) still leaves nothing running."""
-    runner = native.runner()
-    assert runner.claim(asyncio.get_running_loop())
-    marker = f"36.{uuid.uuid4().int % 10**6:06d}"
-    run = run_process(["sleep", marker], stdin=None, env=None, timeout=60, runner=runner)
-    run.send(None)  # submitted; now waiting for its end
-    for _ in range(200):
-        if pids := alive_with(marker):
-            break
-        await asyncio.sleep(0.01)
-    assert len(pids) == 1
-    run.close()
-    assert alive_with(marker) == []
-    with pytest.raises(ChildProcessError):  # reaped by the runner, not left for anyone
-        os.waitpid(pids[0], os.WNOHANG)

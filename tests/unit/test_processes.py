@@ -214,6 +214,22 @@ async def test_cancelling_the_run_reaps_the_child_before_the_cancellation_return
     assert alive_with(marker) == []
 
 
+async def test_a_run_dropped_unfinished_kills_and_reaps_its_task():
+    """A coroutine closed mid-run (a loop torn down without cancelling it) still leaves nothing running."""
+    marker = f"36.{uuid.uuid4().int % 10**6:06d}"
+    run = run_process(["sleep", marker], stdin=None, env=None, timeout=60)
+    run.send(None)  # submitted; now waiting
+    for _ in range(200):
+        if pids := alive_with(marker):
+            break
+        await asyncio.sleep(0.01)
+    assert len(pids) == 1
+    run.close()
+    assert alive_with(marker) == []
+    with pytest.raises(ChildProcessError):  # reaped, not left for anyone
+        os.waitpid(pids[0], os.WNOHANG)
+
+
 async def test_no_descriptor_is_left_open_whatever_the_outcome(tmp_path):
     import asyncio
 

@@ -232,7 +232,7 @@ class Spawner:
             self._requests.put(request)
         try:
             return await request.future
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled, or its coroutine closed unfinished: whoever sees the result last discards it
             with self._lock:
                 request.abandoned = True
                 result = request.result
