@@ -196,16 +196,22 @@ async def test_output_written_before_the_deadline_is_kept():
     assert out.timed_out and out.stdout == "partial\n"
 
 
+async def _running(marker: str) -> list[int]:
+    """The one process whose command line holds ``marker``, once it runs."""
+    for _ in range(200):
+        if pids := alive_with(marker):
+            break
+        await asyncio.sleep(0.01)
+    assert len(pids) == 1
+    return pids
+
+
 async def test_cancelling_the_run_reaps_the_child_before_the_cancellation_returns():
     import asyncio
 
     marker = f"35.{uuid.uuid4().int % 10**6:06d}"
     task = asyncio.create_task(run_process(["sleep", marker], stdin=None, env=None, timeout=60))
-    for _ in range(100):
-        if pids := alive_with(marker):
-            break
-        await asyncio.sleep(0.02)
-    assert len(pids) == 1
+    pids = await _running(marker)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -219,11 +225,7 @@ async def test_a_run_dropped_unfinished_kills_and_reaps_its_task():
     marker = f"36.{uuid.uuid4().int % 10**6:06d}"
     run = run_process(["sleep", marker], stdin=None, env=None, timeout=60)
     run.send(None)  # submitted; now waiting
-    for _ in range(200):
-        if pids := alive_with(marker):
-            break
-        await asyncio.sleep(0.01)
-    assert len(pids) == 1
+    pids = await _running(marker)
     run.close()
     assert alive_with(marker) == []
     with pytest.raises(ChildProcessError):  # reaped, not left for anyone

@@ -56,7 +56,7 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
     try:
         # Two views, as spawner.py has: calls that may wait (kr_new, kr_kill) release the GIL;
         # the quick ones keep it, so the loop never waits on another thread to get it back.
-        waiting, quick = ctypes.CDLL(spec.origin), ctypes.PyDLL(spec.origin)
+        waiting, quick = ctypes.CDLL(spec.origin, use_errno=True), ctypes.PyDLL(spec.origin)
     except OSError as exc:
         raise NativeRunnerMissing(f"knarr's native task runner at {spec.origin} cannot be loaded ({exc}); "
                                   "reinstall knarr, or set executor.spawner: thread") from exc
