@@ -8,7 +8,7 @@ import threading
 import uuid
 
 import pytest
-from knarr.engine import spawner
+from knarr.engine import native, spawner
 from knarr.engine.processes import run_process
 
 from tests.worker.harness import BEHAVE
@@ -248,9 +248,11 @@ def _ignored_signals(status: str) -> set[int]:
     return {number for number in range(1, 65) if mask >> (number - 1) & 1}
 
 
-async def test_a_task_starts_with_sigpipe_and_sigxfsz_at_their_defaults_as_subprocess_would_give_them():
+@pytest.mark.parametrize("through", ["thread", "native"])
+async def test_a_task_starts_with_sigpipe_and_sigxfsz_at_their_defaults_as_subprocess_would_give_them(through):
     """Python ignores both; left so, `yes | head -1` in a task's shell complains of a broken pipe."""
-    status = await run_process(["cat", "/proc/self/status"], stdin=None, env=None, timeout=10)
+    runner = native.runner() if through == "native" else None
+    status = await run_process(["cat", "/proc/self/status"], stdin=None, env=None, timeout=10, runner=runner)
     assert not _ignored_signals(status.stdout) & {13, 25}  # SIGPIPE, SIGXFSZ
-    piped = await run_process(["sh", "-c", "yes | head -1"], stdin=None, env=None, timeout=10)
+    piped = await run_process(["sh", "-c", "yes | head -1"], stdin=None, env=None, timeout=10, runner=runner)
     assert (piped.exit_code, piped.stdout, piped.stderr) == (0, "y\n", "")

@@ -5,8 +5,8 @@
  * environment and the descriptors for stdin, stdout and stderr, all made by the loop) and
  * later collects one event per task, in batches: an eventfd wakes the loop once for however
  * many tasks ended meanwhile. The thread spawns each task in a session of its own (so its
- * whole tree can be killed), with SIGPIPE and SIGXFSZ at their defaults and no signal
- * blocked, then waits on the tasks' pidfds with one epoll. When a task's leader exits, its
+ * whole tree can be killed), with the signals kr_new was given (SIGPIPE, SIGXFSZ) at their
+ * defaults and no signal blocked, then waits on the tasks' pidfds with one epoll. When a task's leader exits, its
  * group is swept with SIGKILL (the unreaped leader keeps the group's id from being reused)
  * and the leader is reaped.
  *
@@ -39,7 +39,7 @@
 
 extern char **environ;
 
-#define KR_ABI 1 /* bump when a signature or kr_event_t changes: native.py checks it */
+#define KR_ABI 2 /* bump when a signature or kr_event_t changes: native.py checks it */
 
 typedef struct {
     int64_t id;
@@ -209,8 +209,10 @@ static void *serve(void *arg) {
 
 /* --- the loop's side -------------------------------------------------------------------- */
 
-/* A new runner with its thread started, or NULL (errno says why). One per process is plenty. */
-runner_t *kr_new(void) {
+/* A new runner with its thread started, or NULL (errno says why). Its tasks start with the n
+ * signals in reset at their defaults (spawner.RESET_SIGNALS: Python ignores them, and an ignored
+ * signal stays ignored across exec). One per process is plenty. */
+runner_t *kr_new(const int *reset, int n) {
     runner_t *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     pthread_mutex_init(&r->jobs, NULL);
@@ -225,8 +227,7 @@ runner_t *kr_new(void) {
     sigset_t none, defaults, all, previous;
     sigemptyset(&none);
     sigemptyset(&defaults);
-    sigaddset(&defaults, SIGPIPE); /* Python ignores both, and an ignored signal stays ignored across exec */
-    sigaddset(&defaults, SIGXFSZ);
+    for (int i = 0; i < n; i++) sigaddset(&defaults, reset[i]);
     posix_spawnattr_init(&r->attr);
     posix_spawnattr_setsigmask(&r->attr, &none);
     posix_spawnattr_setsigdefault(&r->attr, &defaults);

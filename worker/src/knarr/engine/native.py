@@ -26,11 +26,11 @@ import itertools
 import os
 from dataclasses import dataclass
 
-from knarr.engine.spawner import EnvCache, c_strings, exec_arg
+from knarr.engine.spawner import RESET_SIGNALS, EnvCache, c_strings, exec_arg
 from knarr.errors import ConfigError
 from knarr.observability.logging import get_logger
 
-ABI = 1  # runner.c's KR_ABI
+ABI = 2  # runner.c's KR_ABI
 LIBRARY = "_knarr_runner"  # site-packages/_knarr_runner.so, put there by the wheel
 _BATCH = 256
 KILL_WAIT_SECONDS = 5.0  # a cancelled task's group got SIGKILL: this long at most for the kernel to end it
@@ -64,7 +64,7 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
         raise NativeRunnerMissing(f"knarr's native task runner at {spec.origin} is from another knarr version "
                                   f"(ABI {quick.kr_abi()}, expected {ABI}); reinstall knarr")
     waiting.kr_new.restype = ctypes.c_void_p
-    waiting.kr_new.argtypes = []
+    waiting.kr_new.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
     waiting.kr_kill.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double]
     quick.kr_done_fd.argtypes = [ctypes.c_void_p]
     quick.kr_submit.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
@@ -91,7 +91,8 @@ class NativeRunner:
 
     def __init__(self) -> None:
         self._waiting, self._lib = _load()
-        handle = self._waiting.kr_new()
+        reset = (ctypes.c_int * len(RESET_SIGNALS))(*RESET_SIGNALS)
+        handle = self._waiting.kr_new(reset, len(RESET_SIGNALS))
         if not handle:
             code = ctypes.get_errno()
             raise NativeRunnerMissing(f"knarr's native task runner cannot start its thread ({os.strerror(code)})")
