@@ -81,6 +81,31 @@ async def test_a_file_that_is_not_executable_is_a_launch_error(tmp_path):
     assert "Permission denied" in out.launch_error
 
 
+async def test_a_bare_name_is_looked_up_on_the_workers_path_past_an_entry_it_may_not_run(tmp_path, monkeypatch):
+    denied, allowed = tmp_path / "denied", tmp_path / "allowed"
+    denied.mkdir()
+    allowed.mkdir()
+    (denied / "knarr-probe").write_text("#!/bin/sh\necho wrong\n")
+    (allowed / "knarr-probe").write_text("#!/bin/sh\necho found\n")
+    (allowed / "knarr-probe").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'none'}:{denied}:{allowed}")
+    out = await run_process(["knarr-probe"], stdin=None, env={}, timeout=10)
+    assert (out.exit_code, out.stdout) == (0, "found\n")
+
+
+async def test_a_bare_name_found_only_where_it_may_not_run_is_permission_denied(tmp_path, monkeypatch):
+    (tmp_path / "knarr-probe").write_text("#!/bin/sh\necho wrong\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'none'}:{tmp_path}")
+    out = await run_process(["knarr-probe"], stdin=None, env=None, timeout=10)
+    assert out.launch_error.startswith("cannot start 'knarr-probe': Permission denied")
+
+
+async def test_a_bare_name_on_no_path_entry_is_no_such_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    out = await run_process(["knarr-no-such-probe"], stdin=None, env=None, timeout=10)
+    assert out.launch_error.startswith("cannot start 'knarr-no-such-probe': No such file or directory")
+
+
 
 def _condemned(pid: int) -> bool:
     """Gone, a zombie, or already sent SIGKILL: it will never run another instruction of its own."""

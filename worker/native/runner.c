@@ -6,31 +6,34 @@
  * later collects one event per task, in batches: an eventfd wakes the loop once for however
  * many tasks ended meanwhile. The thread spawns each task in a session of its own (so its
  * whole tree can be killed), with the signals kr_new was given (SIGPIPE, SIGXFSZ) at their
- * defaults and no signal blocked, then waits on the tasks' pidfds with one epoll. When a task's leader exits, its
- * group is swept with SIGKILL (the unreaped leader keeps the group's id from being reused)
- * and the leader is reaped.
+ * defaults and no signal blocked, then waits on the tasks' pidfds with one epoll. It spawns
+ * as posix_spawnp does (clone with CLONE_VM | CLONE_VFORK, the PATH lookup, the same errors)
+ * but on one stack mapped for good, and gets each pidfd from the clone itself. When a task's
+ * leader exits, its group is swept with SIGKILL (the unreaped leader keeps the group's id
+ * from being reused) and the leader is reaped.
  *
  * Every submitted task yields exactly one event: {id, pid, status}, status being the wait
  * status, or -errno when the spawn failed (-ECANCELED: killed before it started).
  *
- * Locks: `jobs` covers the running list, each spawn from posix_spawnp until the process is
+ * Locks: `jobs` covers the running list, each spawn from the clone until the process is
  * listed, each reap, and kills; `queue` covers submitted tasks not started yet and the
  * events. Whoever takes both takes `jobs` first. Holding `jobs` (kr_pause) therefore means
  * no task process exists that is not listed: containment's sweep of detached orphans
  * (containment.py) relies on it to leave the runner's processes alone.
  *
- * Linux only (pidfd_open: 5.3 or later). Build: cc -O2 -shared -fPIC -pthread runner.c
+ * Linux only (CLONE_PIDFD: 5.2 or later). Build: cc -O2 -shared -fPIC -pthread runner.c
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -67,10 +70,16 @@ typedef struct {
     size_t n_events, cap_events;
     int signalled;
     int epfd, wake_fd, done_fd;
-    posix_spawnattr_t attr;
+    sigset_t defaults; /* what the tasks start with at their defaults */
+    char *stack;       /* the children's, until they exec (spawns are one at a time) */
 } runner_t;
 
 static const char DEV_NULL[] = "/dev/null";
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000 /* Linux 5.2 */
+#endif
+#define STACK_BYTES (256 * 1024)
 
 int kr_abi(void) { return KR_ABI; }
 
@@ -114,28 +123,110 @@ static void reap_now(pid_t pid, int *status) {
     }
 }
 
+/* What the child needs, on the runner's side of the shared memory; `error` is its answer. */
+typedef struct {
+    const job_t *job;
+    const runner_t *r;
+    const char *search; /* PATH to search, or NULL when path names a file */
+    volatile int error; /* errno of what failed in the child; 0 once it has exec'd */
+} start_t;
+
+static int open_at(int target, const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0 || fd == target) return fd;
+    int code = dup2(fd, target);
+    close(fd);
+    return code;
+}
+
+/* dup2 clears close-on-exec on the copy; a descriptor already in place needs it cleared by hand. */
+static int place(int fd, int target) {
+    if (fd == target) return fcntl(fd, F_SETFD, 0);
+    return dup2(fd, target);
+}
+
+/* execve, looking the file up in search as posix_spawnp does (EACCES wins over a later ENOENT). */
+static void exec_found(const char *file, char *const *argv, char *const *envp, const char *search) {
+    if (!search) {
+        execve(file, argv, envp);
+        return;
+    }
+    char path[4096];
+    size_t length = strlen(file);
+    int denied = 0;
+    for (const char *dir = search;; dir++) {
+        const char *end = strchrnul(dir, ':');
+        size_t size = (size_t)(end - dir);
+        if (size + 1 + length + 1 <= sizeof path) {
+            memcpy(path, dir, size);
+            if (size) path[size++] = '/';
+            memcpy(path + size, file, length + 1);
+            execve(path, argv, envp);
+            if (errno == EACCES) denied = 1;
+            else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV && errno != ETIMEDOUT)
+                return;
+        } else {
+            errno = ENAMETOOLONG;
+        }
+        if (!*end) break;
+        dir = end;
+    }
+    if (denied) errno = EACCES;
+}
+
+/* The child, on the runner's memory and its spare stack until it execs: only async-signal-safe
+ * calls, and every signal blocked (the runner's thread blocks them all) until the handlers the
+ * interpreter installed are gone. */
+static int child(void *arg) {
+    start_t *s = arg;
+    const job_t *job = s->job;
+    struct sigaction dfl = {.sa_handler = SIG_DFL}, now;
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP) continue;
+        if (sigismember(&s->r->defaults, sig) == 1 ||
+            (sigaction(sig, NULL, &now) == 0 && now.sa_handler != SIG_IGN && now.sa_handler != SIG_DFL))
+            sigaction(sig, &dfl, NULL);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    if (setsid() < 0 || (job->in >= 0 ? place(job->in, 0) : open_at(0, DEV_NULL)) < 0 || place(job->out, 1) < 0 ||
+        place(job->err, 2) < 0 || sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+        goto failed;
+    exec_found(job->path, job->argv, job->envp ? job->envp : environ, s->search);
+failed:
+    s->error = errno ? errno : ENOEXEC;
+    _exit(127);
+}
+
 static void spawn(runner_t *r, job_t *job) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    if (job->in >= 0) posix_spawn_file_actions_adddup2(&actions, job->in, 0);
-    else posix_spawn_file_actions_addopen(&actions, 0, DEV_NULL, O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&actions, job->out, 1);
-    posix_spawn_file_actions_adddup2(&actions, job->err, 2);
-    pid_t pid;
-    int code = posix_spawnp(&pid, job->path, &actions, &r->attr, job->argv, job->envp ? job->envp : environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (code) {
-        post(r, job->id, 0, -code);
+    start_t start = {.job = job, .r = r, .search = NULL, .error = 0};
+    if (!strchr(job->path, '/')) {
+        start.search = getenv("PATH");
+        if (!start.search) start.search = "/bin:/usr/bin";
+    }
+    int pidfd = -1, status = 0;
+    /* What posix_spawn does (the parent waits until the child has exec'd), but on a stack mapped
+     * once rather than per spawn (unmapping it cost a TLB shootdown across CPUs each time), and
+     * with the pidfd from the same call. */
+    pid_t pid = clone(child, r->stack + STACK_BYTES, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &start, &pidfd);
+    if (pid < 0) {
+        post(r, job->id, 0, -errno);
         free(job);
         return;
     }
-    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (start.error) {
+        reap_now(pid, &status);
+        close(pidfd);
+        post(r, job->id, 0, -start.error);
+        free(job);
+        return;
+    }
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = job};
-    if (pidfd < 0 || epoll_ctl(r->epfd, EPOLL_CTL_ADD, pidfd, &ev) < 0) {
-        int failure = errno, status = 0;
+    if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, pidfd, &ev) < 0) {
+        int failure = errno;
         kill(-pid, SIGKILL);
         reap_now(pid, &status);
-        if (pidfd >= 0) close(pidfd);
+        close(pidfd);
         post(r, job->id, pid, -failure);
         free(job);
         return;
@@ -222,16 +313,14 @@ runner_t *kr_new(const int *reset, int n) {
     r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     r->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct epoll_event wake = {.events = EPOLLIN, .data.ptr = NULL};
-    if (r->epfd < 0 || r->wake_fd < 0 || r->done_fd < 0 || epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->wake_fd, &wake) < 0)
+    r->stack = mmap(NULL, STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (r->stack == MAP_FAILED) r->stack = NULL;
+    if (!r->stack || r->epfd < 0 || r->wake_fd < 0 || r->done_fd < 0 ||
+        epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->wake_fd, &wake) < 0)
         goto fail;
-    sigset_t none, defaults, all, previous;
-    sigemptyset(&none);
-    sigemptyset(&defaults);
-    for (int i = 0; i < n; i++) sigaddset(&defaults, reset[i]);
-    posix_spawnattr_init(&r->attr);
-    posix_spawnattr_setsigmask(&r->attr, &none);
-    posix_spawnattr_setsigdefault(&r->attr, &defaults);
-    posix_spawnattr_setflags(&r->attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    sigset_t all, previous;
+    sigemptyset(&r->defaults);
+    for (int i = 0; i < n; i++) sigaddset(&r->defaults, reset[i]);
     /* The thread takes no signal: the interpreter's handlers belong to its main thread. */
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &previous);
@@ -242,6 +331,7 @@ runner_t *kr_new(const int *reset, int n) {
         errno = code;
         goto fail;
     }
+    pthread_setname_np(thread, "knarr-runner"); /* what top -H and /proc/<pid>/task/<tid>/comm show */
     pthread_detach(thread);
     return r;
 fail:;
@@ -249,6 +339,7 @@ fail:;
     if (r->epfd >= 0) close(r->epfd);
     if (r->wake_fd >= 0) close(r->wake_fd);
     if (r->done_fd >= 0) close(r->done_fd);
+    if (r->stack) munmap(r->stack, STACK_BYTES);
     free(r);
     errno = failure;
     return NULL;
