@@ -13,6 +13,7 @@ from typing import Any
 
 from knarr.api.handler import BaseHandler
 from knarr.api.tasks import ErrorAction, ExecutorError, ExecutorResult, ExecutorTask
+from knarr.api.trusted import trusted
 from knarr.config.models import ExecutorConfig
 from knarr.engine import containment, native
 from knarr.engine.backoff import is_expired, retry_delay, start_time
@@ -117,8 +118,8 @@ class TaskExecutor:
                        offset: int | None = None) -> ExecutorResult | ExecutorError:
         if task.precomputed is not None:
             pre = task.precomputed
-            result = ExecutorResult.model_construct(
-                task=task, exit_code=pre.exit_code, stdout=pre.stdout, stderr=pre.stderr,
+            result = trusted(
+                ExecutorResult, task=task, exit_code=pre.exit_code, stdout=pre.stdout, stderr=pre.stderr,
                 duration_seconds=pre.duration_seconds, pid=None, attempt=attempt,
             )
             self._count("precomputed", task)
@@ -167,8 +168,8 @@ class TaskExecutor:
         finally:
             self.scheduler.release(partition)
 
-        result = ExecutorResult.model_construct(
-            task=task, exit_code=proc.exit_code, stdout=proc.stdout, stderr=proc.stderr,
+        result = trusted(
+            ExecutorResult, task=task, exit_code=proc.exit_code, stdout=proc.stdout, stderr=proc.stderr,
             duration_seconds=proc.duration_seconds, pid=proc.pid, attempt=attempt,
             stdout_truncated=proc.stdout_truncated, stderr_truncated=proc.stderr_truncated,
         )
@@ -234,8 +235,8 @@ def task_context(task: ExecutorTask) -> dict[str, object]:
 
 
 def _synthetic(task: ExecutorTask, attempt: int, stderr: str) -> ExecutorResult:
-    return ExecutorResult.model_construct(
-        task=task, exit_code=-1, stdout="", stderr=stderr, duration_seconds=0.0, pid=None, attempt=attempt
+    return trusted(
+        ExecutorResult, task=task, exit_code=-1, stdout="", stderr=stderr, duration_seconds=0.0, pid=None, attempt=attempt
     )
 
 

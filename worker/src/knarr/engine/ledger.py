@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from knarr.api.groups import MessageGroup, PendingContext
 from knarr.api.messages import SourceMessage
 from knarr.api.tasks import ExecutorError, ExecutorResult, ExecutorTask
+from knarr.api.trusted import trusted
 from knarr.engine.watermark import OffsetWatermark
 
 _window_ids = itertools.count(1)
@@ -85,8 +86,8 @@ class Group:
 
     def view(self) -> MessageGroup:
         """The group as the handler's on_message_complete sees it."""
-        return MessageGroup.model_construct(
-            source_message=self.message, tasks=list(self.tasks), results=list(self.results),
+        return trusted(
+            MessageGroup, source_message=self.message, tasks=list(self.tasks), results=list(self.results),
             errors=list(self.errors), started_at=self.started_at, finished_at=self.finished_at,
         )
 
