@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -47,7 +48,8 @@ class NativeRunnerHook(BuildHookInterface):
         else:
             build_data["force_include"][library] = LIBRARY
             build_data["pure_python"] = False
-            build_data["infer_tag"] = True
+            # The library uses no Python ABI: one wheel serves every Python 3 on this platform.
+            build_data["tag"] = "py3-none-" + sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
     def finalize(self, version: str, build_data: dict, artifact_path: str) -> None:
         workdir = getattr(self, "_workdir", None)

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sysconfig
 import threading
+import zipfile
+from pathlib import Path
 
 import knarr
 import pytest
@@ -136,3 +140,33 @@ def test_a_forked_child_starts_a_runner_of_its_own():
     os.waitpid(pid, 0)
     assert said == b"ok"
 
+
+
+# --- the wheel ---------------------------------------------------------------------------------
+WORKER = Path(__file__).resolve().parents[2] / "worker"
+
+
+def _build_wheel(out: Path, env: dict[str, str]) -> tuple[Path, str]:
+    uv = subprocess.run([str(WORKER.parent / "hack" / "uv.sh"), "--find"], capture_output=True, text=True, check=True)
+    done = subprocess.run([uv.stdout.strip(), "build", "--wheel", "--out-dir", str(out), str(WORKER)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (wheel,) = out.glob("*.whl")
+    return wheel, done.stderr
+
+
+def test_the_wheel_carries_the_runner_and_is_tagged_for_any_python_3_on_its_platform(tmp_path):
+    wheel, _ = _build_wheel(tmp_path, {**os.environ, "KNARR_NATIVE_RUNNER": "required"})
+    platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    assert wheel.name == f"knarr-{knarr.__version__}-py3-none-{platform}.whl"  # no Python ABI in the library
+    with zipfile.ZipFile(wheel) as archive:
+        assert "_knarr_runner.so" in archive.namelist()
+
+
+def test_without_a_compiler_the_wheel_is_pure_and_the_build_says_what_is_missing(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "KNARR_NATIVE_RUNNER")}
+    wheel, said = _build_wheel(tmp_path, {**env, "PATH": str(tmp_path / "no-compiler-here")})
+    assert wheel.name.endswith("-py3-none-any.whl")
+    assert "native task runner not built (no C compiler" in said
+    with zipfile.ZipFile(wheel) as archive:
+        assert "_knarr_runner.so" not in archive.namelist()
