@@ -18,7 +18,7 @@ from knarr.config.models import ExecutorConfig
 from knarr.engine import containment, native
 from knarr.engine.backoff import is_expired, retry_delay, start_time
 from knarr.engine.environment import task_environment
-from knarr.engine.hooks import call_hook, call_sync_hook
+from knarr.engine.hooks import call_hook, call_sync_hook, defines
 from knarr.engine.ledger import Failed, Outcome, Replaced, Succeeded
 from knarr.engine.persistent import ProgramPool, program_command
 from knarr.engine.processes import run_process
@@ -54,6 +54,7 @@ class TaskExecutor:
         # Persistent programs get the same base environment; a task's own env travels in its request.
         self.programs = ProgramPool(config, self._base_env)
         self._runner = native.for_config(config.spawner)  # None: the spawner thread
+        self._prioritizes = defines(handler, "task_priority")  # else every task has the default priority
 
     async def close(self) -> None:
         """Stop the persistent programs (spawned tasks end with their own runs)."""
@@ -147,8 +148,10 @@ class TaskExecutor:
             result = _synthetic(task, attempt, message)
             return _error(task, attempt, result, stderr=message, exception=message, reason="launch")
 
-        priority = call_sync_hook("task_priority", self._priority, task, log=log, default=_DEFAULT_PRIORITY,
-                                  **task_context(task)).value
+        priority = _DEFAULT_PRIORITY
+        if self._prioritizes:
+            priority = call_sync_hook("task_priority", self._priority, task, log=log, default=_DEFAULT_PRIORITY,
+                                      **task_context(task)).value
         waiting_since = time.monotonic() if self.recorder is not None else 0.0
         await self.scheduler.acquire(partition, priority)
         if self.recorder is not None:

@@ -4,6 +4,10 @@ A hook that raises never stops the worker. What happens instead is fixed per hoo
 listed in ``CONSEQUENCES`` (the README's handler table says the same): the door logs the
 exception once, with that consequence, counts it in ``knarr_handler_errors_total{hook}``, and
 hands the caller the exception so it can carry the consequence out.
+
+A hook the handler leaves as BaseHandler has it (``defines`` says False) does nothing worth a
+call per message: the engine skips it and uses its default answer (None, priority 0, the
+default label), so an unused hook costs nothing and is not timed.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from knarr.api.handler import BaseHandler
 from knarr.observability import metrics
 
 CONSEQUENCES = {
@@ -29,6 +34,11 @@ CONSEQUENCES = {
     "message_label": "the default label is used",
     "task_priority": "the default priority (0) is used",
 }
+
+
+def defines(handler: Any, name: str) -> bool:
+    """Whether the handler's class has its own ``name`` hook rather than BaseHandler's."""
+    return getattr(type(handler), name, None) is not getattr(BaseHandler, name)
 
 
 @dataclass(slots=True)

@@ -24,10 +24,10 @@ from typing import Any
 from knarr.api.handler import BaseHandler
 from knarr.api.messages import SourceMessage
 from knarr.api.payloads import CollectResult
-from knarr.api.tasks import ExecutorError, ExecutorTask
+from knarr.api.tasks import ExecutorError, ExecutorResult, ExecutorTask
 from knarr.config.models import ExecutorConfig
 from knarr.engine.execution import TaskExecutor, task_context
-from knarr.engine.hooks import call_hook, call_sync_hook
+from knarr.engine.hooks import Called, call_hook, call_sync_hook, defines
 from knarr.engine.ledger import (
     ArrangeRefused, CloseGroup, DeadLetter, Effect, Failed, FinishWindow, Group, Ledger, Outcome, Run, RunTask,
     Succeeded, Window,
@@ -87,6 +87,12 @@ class PartitionProcessor:
         self._label = str(partition)
         self._consumed = metrics.messages_consumed.labels(self._label)
         self._queue_size = metrics.queue_size.labels(self._label)
+        # Hooks left at BaseHandler's do nothing per message: skipped (hooks.defines)
+        self._deserializes = defines(handler, "deserialize_message") or handler.input_model is not None
+        self._labels_messages = defines(handler, "message_label")
+        self._completes_tasks = defines(handler, "on_task_complete")
+        self._completes_messages = defines(handler, "on_message_complete")
+        self._completes_windows = defines(handler, "on_window_complete")
 
     @property
     def watermark(self):
@@ -187,7 +193,7 @@ class PartitionProcessor:
         return window
 
     async def _window(self, messages: list[SourceMessage]) -> None:
-        for msg in messages:
+        for msg in messages if self._deserializes else ():
             called = call_sync_hook("deserialize_message", self.handler.deserialize_message, msg, log=self.log,
                                     offset=msg.offset)
             if called.raised:
@@ -363,33 +369,42 @@ class PartitionProcessor:
     async def _task_complete(self, run: Run, outcome: Succeeded) -> Outcome:
         result = outcome.result
         started = time.monotonic()
-        called = await call_hook("on_task_complete", self.handler.on_task_complete, result, log=self.log,
-                                 **task_context(run.task))
-        if called.raised:
-            if self.recorder is not None:
-                self.recorder.record("task_failed", self.partition, run.first_offset, run.task.task_id,
-                                     run.task.parent_task_id,
-                                     data={"reason": "hook", "exit_code": result.exit_code, "attempt": run.attempt,
-                                           "stderr": f"on_task_complete raised {_exc_text(called.error)}"})
-            return Failed(ExecutorError.model_construct(
-                task=run.task, exit_code=result.exit_code, stderr=result.stderr, pid=result.pid,
-                exception=f"on_task_complete raised {_exc_text(called.error)}", reason="hook",
-                attempt=run.attempt, result=result,
-            ))
-        delivered = await self._deliver(called.value, "task", [g.message for g in run.groups], run.task.task_id)
+        delivered = 0
+        if self._completes_tasks:
+            called = await call_hook("on_task_complete", self.handler.on_task_complete, result, log=self.log,
+                                     **task_context(run.task))
+            if called.raised:
+                return self._hook_failed(run, result, f"on_task_complete raised {_exc_text(called.error)}")
+            delivered = await self._deliver(called.value, "task", [g.message for g in run.groups], run.task.task_id)
         events.emit("task_complete", self.recorder, partition=self.partition, offset=run.first_offset,
                     **task_context(run.task),
                     duration=round(time.monotonic() - started, 6), output_message_count=delivered)
         return outcome
 
+    def _hook_failed(self, run: Run, result: ExecutorResult, reason: str) -> Failed:
+        """on_task_complete raised: the task counts as failed (reason 'hook')."""
+        if self.recorder is not None:
+            self.recorder.record("task_failed", self.partition, run.first_offset, run.task.task_id,
+                                 run.task.parent_task_id,
+                                 data={"reason": "hook", "exit_code": result.exit_code, "attempt": run.attempt,
+                                       "stderr": reason})
+        return Failed(ExecutorError.model_construct(
+            task=run.task, exit_code=result.exit_code, stderr=result.stderr, pid=result.pid, exception=reason,
+            reason="hook", attempt=run.attempt, result=result,
+        ))
+
     # --- a message's group -----------------------------------------------------------------
     async def _close(self, group: Group) -> None:
         view = group.view()
         started = time.monotonic()
-        label = call_sync_hook("message_label", self.handler.message_label, group.message, log=self.log,
-                               default=group.message.label).value
-        called = await call_hook("on_message_complete", self.handler.on_message_complete, view, log=self.log,
-                                 offset=group.offset, label=label)
+        called = _NOTHING
+        if self._completes_messages:
+            label = group.message.label
+            if self._labels_messages:
+                label = call_sync_hook("message_label", self.handler.message_label, group.message, log=self.log,
+                                       default=label).value
+            called = await call_hook("on_message_complete", self.handler.on_message_complete, view, log=self.log,
+                                     offset=group.offset, label=label)
         if called.raised:
             letter = DeadLetter("on_message_complete", f"on_message_complete raised {_exc_text(called.error)}",
                                 [group.message], holds=[group])
@@ -414,13 +429,16 @@ class PartitionProcessor:
 
     # --- a window's end --------------------------------------------------------------------
     async def _finish(self, window: Window) -> None:
-        called = await call_hook("on_window_complete", self.handler.on_window_complete, list(window.results),
-                                 window.messages, log=self.log, window_id=window.id, offsets=window.offsets)
-        if called.raised:
-            await self._dead_letter(DeadLetter("on_window_complete", f"on_window_complete raised {_exc_text(called.error)}",
-                                               list(window.messages)))
-            return
-        delivered = await self._deliver(called.value, "window", window.messages)
+        delivered = 0
+        if self._completes_windows:
+            called = await call_hook("on_window_complete", self.handler.on_window_complete, list(window.results),
+                                     window.messages, log=self.log, window_id=window.id, offsets=window.offsets)
+            if called.raised:
+                await self._dead_letter(DeadLetter("on_window_complete",
+                                                   f"on_window_complete raised {_exc_text(called.error)}",
+                                                   list(window.messages)))
+                return
+            delivered = await self._deliver(called.value, "window", window.messages)
         events.emit("window_complete", self.recorder, partition=self.partition, window_id=window.id, task_count=window.tasks,
                     duration=round(time.monotonic() - window.created_at, 6), output_message_count=delivered)
 
@@ -485,6 +503,9 @@ class PartitionProcessor:
         self.ledger.forget()
         self._queue.clear()
         self._queue_size.set(0)
+
+
+_NOTHING = Called()  # what a hook the handler leaves out answers: None
 
 
 def _exc_text(exc: BaseException | None) -> str:

@@ -30,7 +30,7 @@ offsets_committed = Counter("knarr_offsets_committed_total", "Offset commits", [
 committed_offset = Gauge("knarr_committed_offset", "Last committed offset", ["partition"])
 consumer_lag = Gauge("knarr_consumer_lag", "High watermark minus committed offset", ["partition"])
 assigned_partitions = Gauge("knarr_assigned_partitions", "Partitions assigned to this worker")
-handler_duration = Histogram("knarr_handler_duration_seconds", "Time spent in handler hooks", ["hook"], buckets=_DURATION_BUCKETS)
+handler_duration = Histogram("knarr_handler_duration_seconds", "Time spent in the handler's hooks (those it defines; the others are not called)", ["hook"], buckets=_DURATION_BUCKETS)
 hook_errors = Counter("knarr_hook_errors_total", "Exceptions raised by handler hooks", ["hook"])
 untracked_offsets = Counter("knarr_untracked_offsets_total", "Task source_offsets naming no message of their window")
 messages_completed = Counter("knarr_messages_completed_total", "Message groups completed", ["outcome"])  # empty|succeeded|partial|failed
