@@ -19,6 +19,7 @@ from knarr.kafka import settings
 from knarr.kafka.clients import close_consumer, open_consumer
 
 from knarr.api.messages import SourceMessage
+from knarr.api.trusted import trusted
 from knarr.config.models import ExecutorConfig, KafkaConfig
 from knarr.errors import UnavailableError
 from knarr.observability import metrics
@@ -115,8 +116,8 @@ class KafkaSource:
                 continue
             _, ts = m.timestamp()
             messages.append(
-                SourceMessage.model_construct(
-                    topic=m.topic(), partition=m.partition(), offset=m.offset(), value=m.value() or b"",
+                trusted(
+                    SourceMessage, topic=m.topic(), partition=m.partition(), offset=m.offset(), value=m.value() or b"",
                     key=m.key(), timestamp=ts, payload=None, parse_error=None,
                 )
             )
