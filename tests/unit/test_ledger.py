@@ -237,3 +237,26 @@ def test_messages_set_aside_by_the_parse_policy_complete_without_arrange():
     ledger.dead_lettered(letter)
     assert ledger.arranged(window, []) == [] and ledger.watermark.committable() == 2
     assert ledger.settled
+
+
+def test_a_finished_window_is_freed_by_reference_counting_alone_without_the_garbage_collector():
+    import gc
+    import weakref
+
+    ledger = Ledger(0)
+    gc.disable()  # a reference cycle would keep the window, its messages and results until a collection
+    try:
+        window = ledger.take([_message(0), _message(1)])
+        gone = weakref.ref(window)
+        runs = [e.run for e in ledger.arranged(window, [ExecutorTask(source_offsets=[0]), ExecutorTask(source_offsets=[1])])]
+        effects = []
+        for run in runs:
+            result = ExecutorResult.model_construct(task=run.task, exit_code=0, stdout="", stderr="",
+                                                    duration_seconds=0.0, pid=1, attempt=1)
+            effects += ledger.settle(run, Succeeded(result))
+        finished = [f for e in effects if isinstance(e, CloseGroup) for f in ledger.group_closed(e.group)]
+        assert [type(f) for f in finished] == [FinishWindow] and ledger.watermark.committable() == 2
+        del window, runs, effects, finished, run, result
+        assert gone() is None
+    finally:
+        gc.enable()

@@ -371,6 +371,10 @@ class Ledger:
         if window.arranged and window.open_groups == 0 and window.open_runs == 0 and not window.finished:
             window.finished = True
             self.windows.discard(window)
+            # Nothing asks for its groups any more, and each group points back at the window: left
+            # in place, the whole window (messages, tasks, results) would wait for the garbage
+            # collector's cycle search instead of going as soon as the last reference does.
+            window.groups = {}
             return [FinishWindow(window)] if window.tasks else []
         return []
 
