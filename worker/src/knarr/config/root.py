@@ -56,9 +56,9 @@ class KnarrConfig(Section):
         GC_THRESHOLD, ge=0, le=1_000_000,
         description="In `knarr run` and `knarr demo`: Python's cyclic garbage collector takes its young "
         "generation every this many allocations (gc.set_threshold's first value; Python's own default is 700, "
-        "0 turns automatic collection off), and start-up's objects are frozen out of collections. A higher "
-        "value costs less CPU per message, and holds more memory: garbage in reference cycles waits longer "
-        "(10,000: 6-10 us less per message, 40 MiB more peak RSS with 4,000 messages queued).",
+        "0 turns automatic collection off), and start-up's objects are frozen out of collections. A message "
+        "leaves no reference cycles behind, so the default costs about 3 us per message on W1, and a higher "
+        "value saves little (10,000 changed neither CPU per task nor peak RSS measurably).",
     )
 
     @model_validator(mode="after")

@@ -14,11 +14,13 @@ The same processes also set Python's cyclic garbage collector for a worker (``gc
 What start-up made (imports, the config, the handler) is frozen out of every later collection,
 so no collection walks it again. Every message allocates a few hundred objects (models,
 futures, dicts), and with Python's default threshold, kept as the default here, the young
-generation is collected every 700 of them: 15–25 µs per message on W1 in persistent mode
-(timed through gc.callbacks). A threshold of 10,000 took that to 9–15 µs, but garbage in
-reference cycles then waits longer: the worker's peak RSS grew from 99 to 138 MiB with 4,000
-messages queued (bench-compare's W1 with the same limits), 2,000 still cost 22 MiB. Raise it
-where CPU is scarcer than memory.
+generation is collected every 700 of them. Until a finished window let go of its groups, each
+window was a reference cycle (messages, tasks and results included) that only the older
+generations' collections freed: the collector then cost 9–10 µs per message on W1, and a
+threshold of 10,000 saved some of that but raised the worker's peak RSS from 99 to 138 MiB
+with 4,000 messages queued. Now reference counting frees a window as soon as it is done, the
+collector costs about 3 µs per message, and 10,000 changes neither CPU nor peak RSS
+measurably (bench-compare's W1 rows: 68 and 91 MiB either way).
 
 Only the processes knarr starts itself (``knarr run``, ``knarr demo``) choose: a Worker
 embedded in an application's own ``asyncio.run`` runs on whatever loop and collector that
