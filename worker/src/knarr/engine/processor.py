@@ -113,7 +113,7 @@ class PartitionProcessor:
     @property
     def load(self) -> int:
         """Queued messages plus tasks in flight (waiting for a slot included): what backpressure counts."""
-        return len(self._queue) + self.ledger.in_flight
+        return len(self._queue) + len(self.ledger.runs)  # ledger.in_flight, without a property call per ask
 
     @property
     def inflight_tasks(self) -> int:
@@ -212,13 +212,16 @@ class PartitionProcessor:
                 arrange_messages = [m for m in messages if m.parse_error is None]
                 if self.on_parse_error == "skip":
                     self.stats.messages += len(unparsed)
-        if not arrange_messages:
+        if arrange_messages:
+            await self._arrange(window, arrange_messages)
+        else:
             self._carry_out(self.ledger.arranged(window, []))
-            return
-        await self._arrange(window, arrange_messages)
         untracked = self.ledger.take_untracked()
         if untracked:
             metrics.untracked_offsets.inc(untracked)
+        # The window left the queue and its tasks (if fewer than its messages) took its place in
+        # the load: a held poll may go on now.
+        self.on_progress()
 
     # --- arrange(): find what it fails on, and stall when it fails on everything ------------
     async def _arrange(self, window: Window, messages: list[SourceMessage]) -> None:
@@ -424,8 +427,7 @@ class PartitionProcessor:
         self.stats.messages += 1
         if not group.tasks:
             self.stats.empty_messages += 1
-        self._carry_out(self.ledger.group_closed(group))
-        self.on_progress()
+        self._carry_out(self.ledger.group_closed(group))  # the load is what it was: no progress to report
 
     # --- a window's end --------------------------------------------------------------------
     async def _finish(self, window: Window) -> None:
