@@ -35,7 +35,6 @@
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -116,6 +115,12 @@ static void unlist(runner_t *r, job_t *job) {
     if (job->prev) job->prev->next = job->next;
     else r->running = job->next;
     if (job->next) job->next->prev = job->prev;
+}
+
+/* The job's one event, when it will not run (or ran no further than its spawn): it is done with. */
+static void drop(runner_t *r, job_t *job, pid_t pid, int error) {
+    post(r, job->id, pid, -error);
+    free(job);
 }
 
 static void reap_now(pid_t pid, int *status) {
@@ -210,15 +215,13 @@ static void spawn(runner_t *r, job_t *job) {
      * with the pidfd from the same call. */
     pid_t pid = clone(child, r->stack + STACK_BYTES, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &start, &pidfd);
     if (pid < 0) {
-        post(r, job->id, 0, -errno);
-        free(job);
+        drop(r, job, 0, errno);
         return;
     }
     if (start.error) {
         reap_now(pid, &status);
         close(pidfd);
-        post(r, job->id, 0, -start.error);
-        free(job);
+        drop(r, job, 0, start.error);
         return;
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = job};
@@ -227,8 +230,7 @@ static void spawn(runner_t *r, job_t *job) {
         kill(-pid, SIGKILL);
         reap_now(pid, &status);
         close(pidfd);
-        post(r, job->id, pid, -failure);
-        free(job);
+        drop(r, job, pid, failure);
         return;
     }
     job->pid = pid;
@@ -254,8 +256,7 @@ static void start_queued(runner_t *r) {
             return;
         }
         if (job->cancelled) {
-            post(r, job->id, 0, -ECANCELED);
-            free(job);
+            drop(r, job, 0, ECANCELED);
         } else {
             spawn(r, job);
         }

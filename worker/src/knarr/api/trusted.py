@@ -1,9 +1,10 @@
 """The engine's own models, built from values it already holds, without validation and quickly.
 
 The engine builds three models per message (the SourceMessage a poll brings, an ExecutorResult,
-a MessageGroup) from values that are already checked. pydantic's ``model_construct`` walks every field for its default and alias
-on each call (about 2 µs); ``trusted`` copies a per-class table of the defaults instead (about
-0.6 µs) and gives the same model: the same values in field order, the same ``model_fields_set``.
+a MessageGroup) from values that are already checked. pydantic's ``model_construct`` walks
+every field for its default and alias on each call (2.5 µs for an ExecutorResult here);
+``trusted`` copies a per-class table of the defaults instead (1.4 µs) and gives the same model:
+the same values in field order, the same ``model_fields_set``.
 A model with private attributes, or a call that leaves out a field with no plain default (a
 required one, or one with a default factory), goes to ``model_construct``.
 """

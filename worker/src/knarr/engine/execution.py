@@ -126,7 +126,7 @@ class TaskExecutor:
             self._count("precomputed", task)
             if pre.exit_code == 0:
                 return result
-            return _error(task, attempt, result, exit_code=pre.exit_code, stderr=pre.stderr)
+            return task_error(task, attempt, result, exit_code=pre.exit_code, stderr=pre.stderr)
 
         if attempt == 1:
             begin = start_time(time.time(), task.delay_seconds, task.not_before)
@@ -142,11 +142,11 @@ class TaskExecutor:
             message = ("the task asks for a persistent program (persistent=True) but none is set: "
                        "set executor.persistent.command in the config or persistent_command on the task")
             result = _synthetic(task, attempt, message)
-            return _error(task, attempt, result, stderr=message, exception=message, reason="launch")
+            return task_error(task, attempt, result, stderr=message, exception=message, reason="launch")
         if command is None and not binary:
             message = "no binary to run: set executor.binary_path in the config or binary_path on the task"
             result = _synthetic(task, attempt, message)
-            return _error(task, attempt, result, stderr=message, exception=message, reason="launch")
+            return task_error(task, attempt, result, stderr=message, exception=message, reason="launch")
 
         priority = _DEFAULT_PRIORITY
         if self._prioritizes:
@@ -181,7 +181,7 @@ class TaskExecutor:
             metrics.task_output_truncated.inc()
         if proc.failure:  # persistent mode: the program died mid-task (crash) or broke the protocol (even
             # an exit with code 0 mid-task is no answer)
-            return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid,
+            return task_error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid,
                           exception=proc.stderr, reason=proc.failure)
         if proc.exit_code == 0:
             _completed.inc()
@@ -189,10 +189,10 @@ class TaskExecutor:
             return result
         if proc.timed_out:
             metrics.task_timeouts.inc()
-            return _error(task, attempt, result, pid=proc.pid, stderr=proc.stderr, exception=proc.stderr, reason="timeout")
+            return task_error(task, attempt, result, pid=proc.pid, stderr=proc.stderr, exception=proc.stderr, reason="timeout")
         if proc.launch_error:
-            return _error(task, attempt, result, stderr=proc.stderr, exception=proc.launch_error, reason="launch")
-        return _error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid,
+            return task_error(task, attempt, result, stderr=proc.stderr, exception=proc.launch_error, reason="launch")
+        return task_error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid,
                       stderr_truncated=proc.stderr_truncated)
 
     async def _on_error(self, task: ExecutorTask, error: ExecutorError) -> ErrorAction | list[ExecutorTask]:
@@ -243,7 +243,8 @@ def _synthetic(task: ExecutorTask, attempt: int, stderr: str) -> ExecutorResult:
     )
 
 
-def _error(task: ExecutorTask, attempt: int, result: ExecutorResult | None, **fields: object) -> ExecutorError:
+def task_error(task: ExecutorTask, attempt: int, result: ExecutorResult | None, **fields: object) -> ExecutorError:
+    """Why a task's attempt failed: ``reason`` 'failed' unless given, the rest from ``fields`` or their defaults."""
     fields.setdefault("reason", "failed")
     return ExecutorError.model_construct(
         task=task, attempt=attempt, result=result,
@@ -254,4 +255,4 @@ def _error(task: ExecutorTask, attempt: int, result: ExecutorResult | None, **fi
 
 def _expired(task: ExecutorTask, attempt: int) -> ExecutorError:
     message = f"task expired at {task.expires_at} before it could start; it was never run"
-    return _error(task, attempt, None, stderr=message, exception=message, reason="expired")
+    return task_error(task, attempt, None, stderr=message, exception=message, reason="expired")

@@ -24,9 +24,9 @@ from typing import Any
 from knarr.api.handler import BaseHandler
 from knarr.api.messages import SourceMessage
 from knarr.api.payloads import CollectResult
-from knarr.api.tasks import ExecutorError, ExecutorResult, ExecutorTask
+from knarr.api.tasks import ExecutorResult, ExecutorTask
 from knarr.config.models import ExecutorConfig
-from knarr.engine.execution import TaskExecutor, task_context
+from knarr.engine.execution import TaskExecutor, task_context, task_error
 from knarr.engine.hooks import Called, call_hook, call_sync_hook, defines
 from knarr.engine.ledger import (
     ArrangeRefused, CloseGroup, DeadLetter, Effect, Failed, FinishWindow, Group, Ledger, Outcome, Run, RunTask,
@@ -113,7 +113,7 @@ class PartitionProcessor:
     @property
     def load(self) -> int:
         """Queued messages plus tasks in flight (waiting for a slot included): what backpressure counts."""
-        return len(self._queue) + len(self.ledger.runs)  # ledger.in_flight, without a property call per ask
+        return len(self._queue) + self.ledger.in_flight
 
     @property
     def inflight_tasks(self) -> int:
@@ -391,10 +391,8 @@ class PartitionProcessor:
                                  run.task.parent_task_id,
                                  data={"reason": "hook", "exit_code": result.exit_code, "attempt": run.attempt,
                                        "stderr": reason})
-        return Failed(ExecutorError.model_construct(
-            task=run.task, exit_code=result.exit_code, stderr=result.stderr, pid=result.pid, exception=reason,
-            reason="hook", attempt=run.attempt, result=result,
-        ))
+        return Failed(task_error(run.task, run.attempt, result, exit_code=result.exit_code, stderr=result.stderr,
+                                 pid=result.pid, exception=reason, reason="hook"))
 
     # --- a message's group -----------------------------------------------------------------
     async def _close(self, group: Group) -> None:
