@@ -123,6 +123,46 @@ async def test_many_deliveries_waiting_for_one_sink_log_one_outage_and_leave_no_
         "sink unavailable; deliveries wait and retry (nothing is dead-lettered for an outage)"]
 
 
+class SentLikeRedisPy(FlakySink):
+    """A server that takes the request and never answers, written to as redis-py writes: the send in
+    asyncio.wait_for, the reply read in asyncio.timeout. On Python 3.11 a cancel that arrives in
+    the loop iteration where the send completes is dropped by wait_for (it returns the send's
+    result), so the read's timeout, seeing the task's cancel count already raised, expires as a
+    plain TimeoutError: the sink reports a transient error, not a cancel."""
+
+    def __init__(self) -> None:
+        super().__init__(0, TransientSinkError(""))
+
+    async def deliver(self, payloads: list) -> None:
+        self.calls += 1
+
+        async def send() -> None:
+            return None
+
+        await asyncio.wait_for(send(), 5)
+        try:
+            async with asyncio.timeout(0.05):
+                await asyncio.sleep(3600)
+        except TimeoutError:
+            raise TransientSinkError("no answer in time") from None
+
+
+async def test_a_cancelled_delivery_stops_retrying_even_when_the_client_drops_the_cancel():
+    sink = SentLikeRedisPy()
+    manager = SinkManager([sink], None, Asking(DeliveryAction.DLQ), backoff_base=0.01, backoff_max=0.02)
+    delivery = asyncio.create_task(manager.deliver(_outputs(1), Origin(partition=0)))
+    await asyncio.sleep(0)  # the delivery now waits in wait_for, its send scheduled to complete next
+
+    delivery.cancel()  # the worker's stop, in that very iteration
+    await asyncio.wait([delivery], timeout=5)
+    if not delivery.done():  # still retrying: a second cancel ends it, and the test fails
+        delivery.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await delivery
+    assert sink.calls == 1  # no retry after the cancel
+    assert manager.stalled == {}
+
+
 class HalfRefusingSink(FlakySink):
     """A server that stores the even payloads and refuses the odd ones, naming them."""
 

@@ -166,6 +166,8 @@ class SinkManager:
         outage = 0  # transient failures in a row
         try:
             while True:
+                if _stopping():
+                    raise asyncio.CancelledError
                 started = time.monotonic()
                 try:
                     await sink.deliver(payloads)
@@ -292,6 +294,8 @@ class SinkManager:
         partition = error.partition
         attempt = 0
         while True:
+            if _stopping():
+                raise asyncio.CancelledError
             attempt += 1
             try:
                 await self.dlq.send(error, partition)
@@ -325,3 +329,16 @@ class SinkManager:
             log.warning("payloads dead-lettered", sink=error.sink_name, dlq=self.dlq.topic, count=len(error.payloads),
                         partition=partition, offsets=error.offsets[:20], error=error.error[:500])
             return
+
+
+def _stopping() -> bool:
+    """Whether this delivery's task has been cancelled, even if the cancel never reached it as CancelledError.
+
+    A client can drop a cancel: on Python 3.11, asyncio.wait_for returns its inner result when the
+    cancel arrives in the iteration where that result does (redis-py sends each command so). The
+    task's cancel count stays raised, so the client's next asyncio.timeout takes its own expiry
+    for the only cancel and raises TimeoutError, which the sink reports as a transient error. A
+    delivery that retried it would wait for a frozen server for ever, and the worker's stop with it.
+    """
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
