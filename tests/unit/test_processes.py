@@ -257,14 +257,31 @@ async def test_a_run_dropped_unfinished_kills_and_reaps_its_task():
         os.waitpid(pids[0], os.WNOHANG)
 
 
+def _open_fds() -> tuple[set[str], int]:
+    """This process's descriptors other than task memfds, and how many task memfds are open: the
+    native runner keeps up to FRESH_PAIRS pairs made ahead, and closes read ones on its own thread."""
+    others, memfds = set(), 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:  # the listing's own descriptor, or one the runner just closed
+            continue
+        if target.startswith(("/memfd:knarr-stdout", "/memfd:knarr-stderr", "/memfd:knarr-stdin")):
+            memfds += 1
+        else:
+            others.add(fd)
+    return others, memfds
+
+
+# Made ahead (two per pair), plus those of the last few tasks, which the runner closes when next awake.
+MEMFDS_AT_REST = 2 * native.FRESH_PAIRS + 3 * 4
+
+
 async def test_no_descriptor_is_left_open_whatever_the_outcome(tmp_path):
     import asyncio
 
-    def open_fds() -> set[str]:
-        return set(os.listdir("/proc/self/fd"))
-
     await run_process(["true"], stdin=None, env=None, timeout=10)  # let the loop open whatever it keeps
-    before = open_fds()
+    before, _ = _open_fds()
     await run_process(["cat"], stdin="some input\n", env=None, timeout=10)
     await run_process(["sh", "-c", "echo x >&2; exit 3"], stdin=None, env=None, timeout=10)
     await run_process(["sleep", "30"], stdin="unread", env=None, timeout=0.2)
@@ -274,7 +291,20 @@ async def test_no_descriptor_is_left_open_whatever_the_outcome(tmp_path):
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert open_fds() == before
+    others, memfds = _open_fds()
+    assert others == before
+    assert memfds <= MEMFDS_AT_REST
+
+
+async def test_task_memfds_do_not_pile_up_over_many_tasks():
+    async def one(i: int) -> None:
+        ran = await run_process(["sh", "-c", "cat; echo err >&2"], stdin=f"task {i}\n", env=None, timeout=10)
+        assert (ran.stdout, ran.stderr) == (f"task {i}\n", "err\n")
+
+    for start in range(0, 400, 4):
+        await asyncio.gather(*(one(i) for i in range(start, start + 4)))
+    _, memfds = _open_fds()
+    assert memfds <= MEMFDS_AT_REST
 
 
 # --- arguments exec cannot take --------------------------------------------------------------------

@@ -2,9 +2,11 @@
  * event loop and without the GIL (knarr/engine/native.py drives it through ctypes).
  *
  * One thread per runner owns every process it starts. The event loop submits a task (argv,
- * environment and the descriptors for stdin, stdout and stderr, all made by the loop) and
- * later collects one event per task, in batches: an eventfd wakes the loop once for however
- * many tasks ended meanwhile. The thread spawns each task in a session of its own (so its
+ * environment and the descriptors for stdin, stdout and stderr) and later collects one event
+ * per task, in batches: an eventfd wakes the loop once for however many tasks ended meanwhile.
+ * The thread also keeps a few stdout/stderr memfd pairs made ahead for the loop to take
+ * (kr_take_pair), and closes the descriptors the loop is done with (kr_discard), so neither
+ * costs the loop a system call. The thread spawns each task in a session of its own (so its
  * whole tree can be killed), with the signals kr_new was given (SIGPIPE, SIGXFSZ) at their
  * defaults and no signal blocked, then waits on the tasks' pidfds with one epoll. It spawns
  * as posix_spawnp does (clone with CLONE_VM | CLONE_VFORK, the PATH lookup, the same errors)
@@ -16,8 +18,8 @@
  * status, or -errno when the spawn failed (-ECANCELED: killed before it started).
  *
  * Locks: `jobs` covers the running list, each spawn from the clone until the process is
- * listed, each reap, and kills; `queue` covers submitted tasks not started yet and the
- * events. Whoever takes both takes `jobs` first. Holding `jobs` (kr_pause) therefore means
+ * listed, each reap, and kills; `queue` covers submitted tasks not started yet, the events,
+ * the fresh memfd pairs and the discarded descriptors. Whoever takes both takes `jobs` first. Holding `jobs` (kr_pause) therefore means
  * no task process exists that is not listed: containment's sweep of detached orphans
  * (containment.py) relies on it to leave the runner's processes alone.
  *
@@ -41,7 +43,9 @@
 
 extern char **environ;
 
-#define KR_ABI 2 /* bump when a signature or kr_event_t changes: native.py checks it */
+#define KR_ABI 3 /* bump when a signature or kr_event_t changes: native.py checks it */
+#define FRESH_PAIRS 8    /* stdout/stderr memfd pairs the thread keeps made, ready for the next tasks */
+#define DISCARD_WAKE 64  /* this many discarded descriptors wake the thread to close them */
 
 typedef struct {
     int64_t id;
@@ -68,6 +72,10 @@ typedef struct {
     kr_event_t *events;
     size_t n_events, cap_events;
     int signalled;
+    int fresh[FRESH_PAIRS][2]; /* under `queue`: made by the thread, taken by the loop */
+    int n_fresh;
+    int *discarded; /* under `queue`: descriptors the loop is done with, for the thread to close */
+    size_t n_discarded, cap_discarded;
     int epfd, wake_fd, done_fd;
     sigset_t defaults; /* what the tasks start with at their defaults */
     char *stack;       /* the children's, until they exec (spawns are one at a time) */
@@ -280,10 +288,51 @@ static void reap(runner_t *r, job_t *job) {
     free(job);
 }
 
+/* The descriptors' housekeeping, after the tasks are served: close what the loop discarded and
+ * make memfd pairs up to FRESH_PAIRS. Both cost the kernel more than a spawn's bookkeeping (a
+ * memfd's last close frees its pages), and here they cost the loop nothing. */
+static void tend(runner_t *r) {
+    for (;;) {
+        int batch[64];
+        int n = 0;
+        pthread_mutex_lock(&r->queue);
+        while (n < 64 && r->n_discarded) batch[n++] = r->discarded[--r->n_discarded];
+        pthread_mutex_unlock(&r->queue);
+        for (int i = 0; i < n; i++) close(batch[i]);
+        if (n < 64) break;
+    }
+    for (;;) {
+        pthread_mutex_lock(&r->queue);
+        int full = r->n_fresh == FRESH_PAIRS;
+        pthread_mutex_unlock(&r->queue);
+        if (full) return;
+        int out = memfd_create("knarr-stdout", MFD_CLOEXEC);
+        int err = out < 0 ? -1 : memfd_create("knarr-stderr", MFD_CLOEXEC);
+        if (err < 0) { /* out of descriptors or memory: the loop makes its own meanwhile */
+            if (out >= 0) close(out);
+            return;
+        }
+        pthread_mutex_lock(&r->queue);
+        if (r->n_fresh < FRESH_PAIRS) {
+            r->fresh[r->n_fresh][0] = out;
+            r->fresh[r->n_fresh][1] = err;
+            r->n_fresh++;
+            out = err = -1;
+        }
+        pthread_mutex_unlock(&r->queue);
+        if (out >= 0) { /* the pool filled meanwhile (it only empties, but be exact) */
+            close(out);
+            close(err);
+            return;
+        }
+    }
+}
+
 static void *serve(void *arg) {
     runner_t *r = arg;
     struct epoll_event events[64];
     for (;;) {
+        tend(r);
         int n = epoll_wait(r->epfd, events, 64, -1);
         for (int i = 0; i < n; i++) {
             if (events[i].data.ptr == NULL) {
@@ -364,6 +413,45 @@ int kr_submit(runner_t *r, int64_t id, const char *path, char *const *argv, char
     uint64_t one = 1;
     if (write(r->wake_fd, &one, sizeof one) < 0) { /* the counter is full: the thread is awake anyway */ }
     return 0;
+}
+
+/* A fresh stdout/stderr memfd pair for a task: 1 with pair filled, 0 when none is ready (the
+ * caller makes its own). The pair is the caller's from now on. */
+int kr_take_pair(runner_t *r, int *pair) {
+    pthread_mutex_lock(&r->queue);
+    int got = r->n_fresh > 0;
+    if (got) {
+        r->n_fresh--;
+        pair[0] = r->fresh[r->n_fresh][0];
+        pair[1] = r->fresh[r->n_fresh][1];
+    }
+    pthread_mutex_unlock(&r->queue);
+    return got;
+}
+
+/* Hand a descriptor the caller is done with to the thread, which closes it the next time it is
+ * awake (every spawn and every exit wakes it; DISCARD_WAKE of them wake it by themselves). The
+ * caller must not use fd again, nor pass it to a task submitted later. */
+void kr_discard(runner_t *r, int fd) {
+    pthread_mutex_lock(&r->queue);
+    if (r->n_discarded == r->cap_discarded) {
+        size_t cap = r->cap_discarded ? r->cap_discarded * 2 : 128;
+        int *grown = realloc(r->discarded, cap * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&r->queue);
+            close(fd); /* no memory to queue it: the caller pays for this one close */
+            return;
+        }
+        r->discarded = grown;
+        r->cap_discarded = cap;
+    }
+    r->discarded[r->n_discarded++] = fd;
+    int wake = r->n_discarded >= DISCARD_WAKE;
+    pthread_mutex_unlock(&r->queue);
+    if (wake) {
+        uint64_t one = 1;
+        if (write(r->wake_fd, &one, sizeof one) < 0) { /* the counter is full: the thread is awake anyway */ }
+    }
 }
 
 /* Move up to max waiting events into out; returns how many. */

@@ -53,7 +53,7 @@ class CapturedStream:
 
     @classmethod
     def adopt(cls, fd: int, cap: int) -> CapturedStream:
-        """A stream over a memfd made elsewhere (the spawner makes them without releasing the GIL)."""
+        """A stream over a memfd made elsewhere (the spawner thread's, or the native runner's made ahead)."""
         stream = cls.__new__(cls)
         stream.fd, stream.cap, stream.truncated, stream._seen = fd, cap, False, 0
         return stream

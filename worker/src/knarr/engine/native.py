@@ -3,9 +3,10 @@
 The spawner thread (spawner.py) keeps fork and exec off the event loop, but still pays for
 Python on every task: its own bytecode and ctypes calls under the GIL, and, on the loop, a
 pidfd to register and unregister, a waitpid, a group kill and a close. The native runner does
-all of that in C: the loop makes the task's memfds, submits argv, environment and descriptors
-in one call and gets one event per ended task, in batches, through a single eventfd that stays
-registered with the loop. bench/spawners.py measured the difference (README, Performance).
+all of that in C: the loop submits argv, environment and descriptors in one call and gets one
+event per ended task, in batches, through a single eventfd that stays registered with the loop.
+The thread also makes the tasks' stdout/stderr memfds ahead (a few pairs at a time) and closes
+them once the loop has read them, so the loop makes no system call for them but the reads. bench/spawners.py measured the difference (README, Performance).
 
 It is built into the wheel when a C compiler is there at install time (worker/hatch_build.py).
 ``executor.spawner`` chooses: ``auto`` (the default) uses it when it is built and falls back to
@@ -30,7 +31,8 @@ from knarr.engine.spawner import RESET_SIGNALS, EnvCache, c_strings, exec_arg
 from knarr.errors import ConfigError
 from knarr.observability.logging import get_logger
 
-ABI = 2  # runner.c's KR_ABI
+ABI = 3  # runner.c's KR_ABI
+FRESH_PAIRS = 8  # runner.c's: stdout/stderr memfd pairs its thread keeps made ahead
 LIBRARY = "_knarr_runner"  # site-packages/_knarr_runner.so, put there by the wheel
 _BATCH = 256
 KILL_WAIT_SECONDS = 5.0  # a cancelled task's group got SIGKILL: this long at most for the kernel to end it
@@ -74,6 +76,9 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
     quick.kr_resume.argtypes = [ctypes.c_void_p]
     quick.kr_resume.restype = None
     quick.kr_owns.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    quick.kr_take_pair.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    quick.kr_discard.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    quick.kr_discard.restype = None
     return waiting, quick
 
 
@@ -99,6 +104,7 @@ class NativeRunner:
         self._handle = ctypes.c_void_p(handle)
         self._fd = self._lib.kr_done_fd(self._handle)
         self._events = (_Event * _BATCH)()
+        self._pair = (ctypes.c_int * 2)()
         self._jobs: dict[int, NativeJob] = {}
         self._ids = itertools.count(1)
         self._env = EnvCache()
@@ -126,6 +132,17 @@ class NativeRunner:
             raise OSError(-code, os.strerror(-code))
         self._jobs[job.id] = job
         return job
+
+    def take_pair(self) -> tuple[int, int] | None:
+        """A stdout/stderr memfd pair the runner made ahead (now the caller's), or None when none is ready."""
+        pair = self._pair
+        if self._lib.kr_take_pair(self._handle, pair):
+            return pair[0], pair[1]
+        return None
+
+    def discard(self, fd: int) -> None:
+        """Close ``fd`` on the runner's thread (soon, not now); the caller must never use it again."""
+        self._lib.kr_discard(self._handle, fd)
 
     def kill(self, job: NativeJob, wait: bool = False) -> None:
         """SIGKILL the task's group (or make sure it never starts); ``wait``: until it is reaped, and forget it."""

@@ -276,13 +276,15 @@ async def _run_native(
     runner: native.NativeRunner, loop: asyncio.AbstractEventLoop, argv: list[str], stdin: str | None,
     env: dict[str, str] | None, timeout: float, cap: int,
 ) -> ProcessOutcome:
-    """The same run through the native runner: the loop makes the memfds, the runner spawns, sweeps and reaps."""
+    """The same run through the native runner: it spawns, sweeps and reaps, makes the stdout/stderr memfds
+    ahead and closes them (and stdin's) after; the loop only reads them."""
     started = time.monotonic()
-    out = CapturedStream("knarr-stdout", cap)
+    pair = runner.take_pair()  # None when the runner has none ready: made here, as the spawner thread's are
+    out = CapturedStream.adopt(pair[0], cap) if pair else CapturedStream("knarr-stdout", cap)
     err = None
     inp = -1
     try:
-        err = CapturedStream("knarr-stderr", cap)
+        err = CapturedStream.adopt(pair[1], cap) if pair else CapturedStream("knarr-stderr", cap)
         try:
             if stdin is not None:
                 inp = stdin_memfd(stdin)
@@ -305,9 +307,9 @@ async def _run_native(
             return _launch_failure(argv, _spawn_error(OSError(-status, os.strerror(-status), argv[0])), started)
         _sweep_detached()
         return _ended(pid, status, out, err, watch, timeout, started)
-    finally:
-        out.close()
+    finally:  # read, or never to be: the runner closes them (and the task, ended or killed, has let go)
+        runner.discard(out.fd)
         if err is not None:
-            err.close()
+            runner.discard(err.fd)
         if inp >= 0:
-            os.close(inp)
+            runner.discard(inp)
