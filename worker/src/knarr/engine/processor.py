@@ -33,13 +33,13 @@ from knarr.engine.ledger import (
     Succeeded, Window,
 )
 from knarr.engine.stats import RunStats
+from knarr.engine.stopping import cancel_and_wait
 from knarr.errors import FatalError
 from knarr.observability import events, metrics
 from knarr.observability.logging import get_logger
 from knarr.sinks.delivery import Origin, SinkManager
 
 IDLE_WAKEUP_SECONDS = 1.0
-RECANCEL_SECONDS = 1.0  # a stop cancels again what still runs this long after its cancel
 STALL_FIRST_DELAY_SECONDS = 1.0
 STALL_MAX_DELAY_SECONDS = 60.0
 PARSE_POLICIES = ("arrange", "dlq", "skip")
@@ -495,43 +495,15 @@ class PartitionProcessor:
         return self.failure is None
 
     async def stop(self) -> None:
-        """Cancel everything still running (subprocess groups are killed by their runners).
-
-        A cancel can be lost on its way (a library that catches it, or a timeout that takes it for its
-        own), so whatever still runs RECANCEL_SECONDS later is cancelled again, with a warning."""
-        tasks = [t for t in [self._loop_task, *self._children] if t is not None and not t.done()]
-        for task in tasks:
-            task.cancel()
-        pending = set(tasks)
-        while pending:
-            _, pending = await asyncio.wait(pending, timeout=RECANCEL_SECONDS)
-            if pending:
-                self.log.warning("still running after being cancelled; cancelling again", count=len(pending),
-                                 where=sorted({_where(t) for t in pending}))
-                for task in pending:
-                    task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)  # all done: collects their exceptions
+        """Cancel everything still running (subprocess groups are killed by their runners), and wait
+        until it has ended: stopping.cancel_and_wait cancels again what lost its cancel."""
+        await cancel_and_wait([t for t in [self._loop_task, *self._children] if t is not None], self.log)
         self.ledger.forget()
         self._queue.clear()
         self._queue_size.set(0)
 
 
 _NOTHING = Called()  # what a hook the handler leaves out answers: None
-
-
-def _where(task: asyncio.Task) -> str:
-    """The innermost coroutine frame a task waits in, outside asyncio itself, as "file:line function"."""
-    where, awaited = repr(task.get_coro()), task.get_coro()
-    while awaited is not None:
-        frame = getattr(awaited, "cr_frame", None)
-        if frame is not None and not frame.f_code.co_filename.startswith(_ASYNCIO):
-            where = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} {frame.f_code.co_name}"
-        awaited = getattr(awaited, "cr_await", None)
-    return where
-
-
-_ASYNCIO = asyncio.__file__.rsplit("/", 1)[0] + "/"
 
 
 def _exc_text(exc: BaseException | None) -> str:

@@ -29,6 +29,7 @@ from knarr.engine.processes import seal_inherited_fds
 from knarr.engine.processor import PartitionProcessor
 from knarr.engine.scheduling import SlotScheduler
 from knarr.engine.stats import RunStats
+from knarr.engine.stopping import cancel_and_wait
 from knarr.errors import ExitCode
 from knarr.kafka import settings
 from knarr.observability import metrics
@@ -521,9 +522,7 @@ class Worker:
 
     async def _stop_background(self) -> None:
         """Cancel the periodic tasks and hooks started so far, and the cache (a startup that failed)."""
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await cancel_and_wait(self._background, self.log)
         if self.cache is not None:
             await self.cache.close()
 
