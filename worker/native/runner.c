@@ -19,9 +19,10 @@
  *
  * Locks: `jobs` covers the running list, each spawn from the clone until the process is
  * listed, each reap, and kills; `queue` covers submitted tasks not started yet, the events,
- * the fresh memfd pairs and the discarded descriptors. Whoever takes both takes `jobs` first. Holding `jobs` (kr_pause) therefore means
- * no task process exists that is not listed: containment's sweep of detached orphans
- * (containment.py) relies on it to leave the runner's processes alone.
+ * the fresh memfd pairs and the discarded descriptors. Whoever takes both takes `jobs` first.
+ * Holding `jobs` (kr_pause) therefore means no task process exists that is not listed:
+ * containment's sweep of detached orphans (containment.py) relies on it to leave the runner's
+ * processes alone.
  *
  * Linux only (CLONE_PIDFD: 5.2 or later). Build: cc -O2 -shared -fPIC -pthread runner.c
  */
