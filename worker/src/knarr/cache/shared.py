@@ -27,6 +27,7 @@ from redis.backoff import NoBackoff
 
 from knarr.cache.entries import CacheScope
 from knarr.config.masking import mask_value
+from knarr.engine.stopping import wait_event
 from knarr.observability import metrics
 
 CLOSE_TIMEOUT = 1.0  # each of: the last writes, closing the connections (the worker gives the cache 3 s)
@@ -147,10 +148,7 @@ class SharedTier:
             if not self.outage.usable(self.clock()):
                 if self._closing:
                     return
-                try:
-                    await asyncio.wait_for(self._wake.wait(), max(0.0, self.outage.retry_at - self.clock()))
-                except TimeoutError:
-                    pass
+                await wait_event(self._wake, max(0.0, self.outage.retry_at - self.clock()))
                 self._wake.clear()
                 continue
             await self._send()

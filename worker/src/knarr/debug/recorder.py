@@ -31,6 +31,7 @@ from typing import Any
 from knarr.config.models import DebugConfig
 from knarr.debug import schema
 from knarr.debug.files import merged_connection, recorder_files
+from knarr.engine.stopping import wait_event
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 
@@ -179,8 +180,7 @@ class FlightRecorder:
             if early is None:
                 await asyncio.sleep(seconds)
             else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(early.wait(), seconds)
+                await wait_event(early, seconds)
                 early.clear()
             try:
                 await work()

@@ -33,7 +33,7 @@ from knarr.engine.ledger import (
     Succeeded, Window,
 )
 from knarr.engine.stats import RunStats
-from knarr.engine.stopping import cancel_and_wait
+from knarr.engine.stopping import cancel_and_wait, wait_event
 from knarr.errors import FatalError
 from knarr.observability import events, metrics
 from knarr.observability.logging import get_logger
@@ -171,9 +171,7 @@ class PartitionProcessor:
     async def _collect(self) -> list[SourceMessage]:
         if not self._queue:
             self._arrived.clear()
-            try:
-                await asyncio.wait_for(self._arrived.wait(), IDLE_WAKEUP_SECONDS)
-            except TimeoutError:
+            if not await wait_event(self._arrived, IDLE_WAKEUP_SECONDS):
                 return []
         size = self.config.window_size
         if self.config.window_linger_ms and len(self._queue) < size:
@@ -184,9 +182,7 @@ class PartitionProcessor:
                 if remaining <= 0:
                     break
                 self._arrived.clear()
-                try:
-                    await asyncio.wait_for(self._arrived.wait(), remaining)
-                except TimeoutError:
+                if not await wait_event(self._arrived, remaining):
                     break
         take = min(size, len(self._queue))
         window = [self._queue.popleft() for _ in range(take)]
@@ -480,9 +476,7 @@ class PartitionProcessor:
             return False  # a failed or stalled partition will not settle in time
         deadline = time.monotonic() + timeout
         self._update_settled()
-        try:
-            await asyncio.wait_for(self._settled.wait(), timeout)
-        except TimeoutError:
+        if not await wait_event(self._settled, timeout):
             self.log.warning("drain timed out; uncommitted offsets will be replayed", timeout=timeout,
                              queued=len(self._queue), inflight=self.ledger.in_flight)
             return False

@@ -1,4 +1,4 @@
-"""Cancelling the worker's own asyncio tasks, and waiting until they have ended.
+"""Cancelling the worker's own asyncio tasks and waiting until they have ended; waiting without losing a cancel.
 
 A cancel can be lost on its way: a library that catches it, or Python 3.11's asyncio.wait_for,
 which returns its inner result when a cancel arrives in the same loop iteration (redis-py sends
@@ -43,3 +43,17 @@ def where(task: asyncio.Task) -> str:
             found = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} {frame.f_code.co_name}"
         awaited = getattr(awaited, "cr_await", None)
     return found
+
+
+async def wait_event(event: asyncio.Event, seconds: float) -> bool:
+    """Wait until ``event`` is set (True) or ``seconds`` have passed (False).
+
+    The worker's loops wait so rather than through asyncio.wait_for, which on Python 3.11 drops a
+    cancel that arrives in the iteration the event is set: the loop would go on after its stop.
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True

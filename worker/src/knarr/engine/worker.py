@@ -29,7 +29,7 @@ from knarr.engine.processes import seal_inherited_fds
 from knarr.engine.processor import PartitionProcessor
 from knarr.engine.scheduling import SlotScheduler
 from knarr.engine.stats import RunStats
-from knarr.engine.stopping import cancel_and_wait
+from knarr.engine.stopping import cancel_and_wait, wait_event
 from knarr.errors import ExitCode
 from knarr.kafka import settings
 from knarr.observability import metrics
@@ -351,9 +351,7 @@ class Worker:
         """Wait for room (or a short while), committing what finished meanwhile."""
         assert self.source is not None
         self._progress.clear()
-        try:
-            await asyncio.wait_for(self._progress.wait(), HOLD_RECHECK_SECONDS)
-        except TimeoutError:
+        if not await wait_event(self._progress, HOLD_RECHECK_SECONDS):
             commits = self._committable()
             if commits:
                 done = await self._unless_stopped(self.source.commit_now(commits))
