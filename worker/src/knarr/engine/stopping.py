@@ -1,9 +1,15 @@
-"""Cancelling the worker's own asyncio tasks and waiting until they have ended; waiting without losing a cancel.
+"""Cancels that get lost, and the worker's answers to them.
 
 A cancel can be lost on its way: a library that catches it, or Python 3.11's asyncio.wait_for,
 which returns its inner result when a cancel arrives in the same loop iteration (redis-py sends
-every command through it). So whatever still runs RECANCEL_SECONDS after its cancel is cancelled
-again, with one warning per round naming where each such task waits.
+every command through it). The task's cancel count stays raised, so a client's next
+asyncio.timeout takes its own expiry for the only cancel and raises TimeoutError instead.
+
+- cancel_and_wait: whatever still runs RECANCEL_SECONDS after its cancel is cancelled again,
+  with one warning per round naming where each such task waits.
+- cancel_requested: a retry loop asks it before trying again, so an error a client made of the
+  cancel is not retried for ever (a frozen server would hold the worker's stop).
+- wait_event: the worker's own waits on an Event, without wait_for's hole.
 """
 
 from __future__ import annotations
@@ -45,12 +51,15 @@ def where(task: asyncio.Task) -> str:
     return found
 
 
-async def wait_event(event: asyncio.Event, seconds: float) -> bool:
-    """Wait until ``event`` is set (True) or ``seconds`` have passed (False).
+def cancel_requested() -> bool:
+    """Whether the running task has been cancelled, even if the cancel never reached it as CancelledError."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
-    The worker's loops wait so rather than through asyncio.wait_for, which on Python 3.11 drops a
-    cancel that arrives in the iteration the event is set: the loop would go on after its stop.
-    """
+
+async def wait_event(event: asyncio.Event, seconds: float) -> bool:
+    """Wait until ``event`` is set (True) or ``seconds`` have passed (False); a cancel arriving as the
+    event is set still ends the wait (asyncio.wait_for would drop it on Python 3.11)."""
     try:
         async with asyncio.timeout(seconds):
             await event.wait()

@@ -28,6 +28,7 @@ from knarr.api.tasks import ExecutorError, ExecutorTask
 from knarr.engine.hooks import call_hook
 from knarr.engine.backoff import retry_delay
 from knarr.engine.stats import RunStats
+from knarr.engine.stopping import cancel_requested
 from knarr.errors import FatalError
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
@@ -166,7 +167,7 @@ class SinkManager:
         outage = 0  # transient failures in a row
         try:
             while True:
-                if _stopping():
+                if cancel_requested():  # a client may have turned the cancel into a timeout error
                     raise asyncio.CancelledError
                 started = time.monotonic()
                 try:
@@ -294,7 +295,7 @@ class SinkManager:
         partition = error.partition
         attempt = 0
         while True:
-            if _stopping():
+            if cancel_requested():
                 raise asyncio.CancelledError
             attempt += 1
             try:
@@ -330,15 +331,3 @@ class SinkManager:
                         partition=partition, offsets=error.offsets[:20], error=error.error[:500])
             return
 
-
-def _stopping() -> bool:
-    """Whether this delivery's task has been cancelled, even if the cancel never reached it as CancelledError.
-
-    A client can drop a cancel: on Python 3.11, asyncio.wait_for returns its inner result when the
-    cancel arrives in the iteration where that result does (redis-py sends each command so). The
-    task's cancel count stays raised, so the client's next asyncio.timeout takes its own expiry
-    for the only cancel and raises TimeoutError, which the sink reports as a transient error. A
-    delivery that retried it would wait for a frozen server for ever, and the worker's stop with it.
-    """
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
