@@ -3,8 +3,9 @@
 ``record()`` is what the engine calls, on the event loop, for each event: it appends a tuple to
 a buffer and returns. Every ``flush_interval_seconds``, or as soon as ``FLUSH_EARLY_EVENTS`` are
 waiting (a busy worker makes thousands a second), the buffer is handed to the recorder's own
-thread, which writes it, rotates the database file every ``rotation_interval_minutes`` and
-applies retention (by age and by total event count across this worker's files). A buffer that
+thread, which writes it, rotates the database file every ``rotation_interval_minutes`` (or
+sooner, once it holds its share of ``retention_max_events``) and applies retention (by age, and
+by total event count across this worker's files, a whole file at a time). A buffer that
 fills up (``max_buffer``) drops its oldest events and counts them; the pipeline never waits
 for the recorder.
 
@@ -42,6 +43,8 @@ _POOL_EVENTS = frozenset(("task_started", "task_finished", "task_failed"))
 SUBSCRIBER_QUEUE = 1_000  # events waiting for one WebSocket client; a slower client misses some
 FLUSH_EARLY_EVENTS = 10_000  # buffered events that start a write before the interval is up
 WRITE_CHUNK = 200  # events per INSERT (2,000 parameters; SQLite takes up to 32,766)
+FILE_PARTS = 4  # a file holds at most 1/FILE_PARTS of retention_max_events: retention then drops whole files
+FILE_MIN_EVENTS = 1_000  # ... or this many: a small retention_max_events must not start a file every few events
 _NO_DATA: dict[str, Any] = {}  # shared, never changed: what an event without data stores
 
 
@@ -66,6 +69,10 @@ class FlightRecorder:
         self._next_id = 1
         self._conn: sqlite3.Connection | None = None
         self._opened_at = 0.0
+        self._file_events = 0  # events in the current database (the memory one, or the current file)
+        self._share = -(-config.retention_max_events // FILE_PARTS)  # retention may drop this many too many
+        self._file_cap = max(FILE_MIN_EVENTS, self._share)  # events a file takes before the next starts
+        self._counts: dict[str, int] = {}  # events in this worker's earlier files, counted once
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="knarr-recorder")
         self._loops: list[asyncio.Task] = []
         self._dropped_metric = metrics.recorder_dropped
@@ -240,8 +247,9 @@ class FlightRecorder:
             self.db_path = str(path)
             self._link_live(path)
         schema.create(self._conn)
-        row = self._conn.execute("SELECT max(id) FROM events").fetchone()
+        row = self._conn.execute("SELECT max(id), count(*) FROM events").fetchone()
         self._next_id = max(self._next_id, (row[0] or 0) + 1)
+        self._file_events = row[1]
         self._opened_at = time.monotonic()
         self._write_config()
         self._conn.commit()
@@ -261,23 +269,32 @@ class FlightRecorder:
                                                   self.db_path, schema.dumps(self.masked_config), time.time()))
 
     def _write(self, batch: deque[tuple]) -> None:
-        """Insert a batch ``WRITE_CHUNK`` rows per statement.
+        """Insert a batch ``WRITE_CHUNK`` rows per statement; a file that reaches its share of the
+        events kept is closed and the rest goes to a new one.
 
         SQLite lets go of the GIL around each step of a statement: row-by-row inserts handed it
         back and forth with the event loop at every row, and under load that convoy cost more
         than the writing. A statement of many rows holds the GIL only while its parameters are
         bound (the data's JSON, a fraction of a millisecond) and inserts them all without it.
         """
-        assert self._conn is not None
         rows, worker, encode = list(batch), self.worker, schema.dumps
-        with self._conn:
-            for start in range(0, len(rows), WRITE_CHUNK):
-                chunk, params = rows[start:start + WRITE_CHUNK], []
-                for event_id, ts, kind, partition, offset, task_id, parent, duration_ms, data in chunk:
-                    params += (event_id, ts, worker, kind, partition, offset, task_id, parent, duration_ms,
-                               encode(data) if data else "{}")
-                self._conn.execute(schema.insert_events(len(chunk)), params)
-        self.stored += len(rows)
+        done = 0
+        while done < len(rows):
+            if self.config.db_dir and self._file_events >= self._file_cap:
+                self._rotate()
+            assert self._conn is not None
+            room = self._file_cap - self._file_events if self.config.db_dir else len(rows)
+            part = rows[done:done + max(1, room)]
+            with self._conn:
+                for start in range(0, len(part), WRITE_CHUNK):
+                    chunk, params = part[start:start + WRITE_CHUNK], []
+                    for event_id, ts, kind, partition, offset, task_id, parent, duration_ms, data in chunk:
+                        params += (event_id, ts, worker, kind, partition, offset, task_id, parent, duration_ms,
+                                   encode(data) if data else "{}")
+                    self._conn.execute(schema.insert_events(len(chunk)), params)
+            done += len(part)
+            self.stored += len(part)
+            self._file_events += len(part)
         self._maintain()
 
     def _write_state(self, ts: float, state: dict[str, Any]) -> None:
@@ -289,44 +306,76 @@ class FlightRecorder:
     def _maintain(self) -> None:
         """Rotation when the file is old enough, then retention."""
         if self.config.db_dir and time.monotonic() - self._opened_at >= self.config.rotation_interval_minutes * 60:
-            self._close(keep_link=True)
-            self._open()
+            self._rotate()
         self._retain()
 
+    def _rotate(self) -> None:
+        """Close the current file (its count is known) and start the next."""
+        self._counts[self.db_path] = self._file_events
+        self._close(keep_link=True)
+        self._open()
+
     def _retain(self) -> None:
+        """Retention by age, then by count: the oldest events go, a whole earlier file at a time.
+
+        A busy worker reaches ``retention_max_events`` within seconds and stays there, so this
+        runs at every write. Deleting the oldest rows cost about as much as writing them; since
+        ``_write`` fills a file with at most a ``FILE_PARTS``-th of the events kept, dropping the
+        oldest file instead keeps more than (1 - 1/FILE_PARTS) of ``retention_max_events``, and
+        at most all of it. Rows are deleted only where that would drop too many: from a file
+        bigger than its share (a small ``retention_max_events``, whose files hold
+        ``FILE_MIN_EVENTS``, or a file written under other settings), and from the one database
+        kept in memory. Earlier files are counted
+        once, not at every write.
+        """
         assert self._conn is not None
         cfg = self.config
         if not cfg.db_dir:
-            _trim(self._conn, self._conn.execute("SELECT count(*) FROM events").fetchone()[0] - cfg.retention_max_events)
+            excess = self._file_events - cfg.retention_max_events
+            _trim(self._conn, excess)
+            self._file_events -= max(0, excess)
             return
         files = recorder_files(cfg.db_dir, self.worker)  # oldest first; the current one is last
         cutoff = time.time() - cfg.retention_hours * 3600
         for path in files[:-1]:
             if str(path) != self.db_path and path.stat().st_mtime < cutoff:
-                _unlink_db(path)
+                self._drop(path)
         files = recorder_files(cfg.db_dir, self.worker)
         counts = [(p, self._count(p)) for p in files]
         excess = sum(n for _, n in counts) - cfg.retention_max_events
         for path, count in counts:
             if excess <= 0:
                 break
-            if count <= excess and str(path) != self.db_path:
-                _unlink_db(path)
-            elif str(path) == self.db_path:
-                _trim(self._conn, excess)
+            current = str(path) == self.db_path
+            if not current and count < excess + self._share:  # the whole file: fewer than _share too many
+                self._drop(path)
+                excess -= count
+                continue
+            cut = min(count, excess)
+            if current:
+                _trim(self._conn, cut)
+                self._file_events -= cut
             else:
                 with contextlib.closing(sqlite3.connect(str(path))) as conn:
-                    _trim(conn, excess)
-            excess -= min(count, excess)
+                    _trim(conn, cut)
+                self._counts[str(path)] = count - cut
+            excess -= cut
 
     def _count(self, path: Path) -> int:
-        if str(path) == self.db_path and self._conn is not None:
-            return self._conn.execute("SELECT count(*) FROM events").fetchone()[0]
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-            try:
-                return conn.execute("SELECT count(*) FROM events").fetchone()[0]
-            except sqlite3.DatabaseError:
-                return 0
+        key = str(path)
+        if key == self.db_path and self._conn is not None:
+            return self._file_events
+        if key not in self._counts:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+                try:
+                    self._counts[key] = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+                except sqlite3.DatabaseError:
+                    self._counts[key] = 0
+        return self._counts[key]
+
+    def _drop(self, path: Path) -> None:
+        self._counts.pop(str(path), None)
+        _unlink_db(path)
 
     def _close(self, keep_link: bool = False) -> None:
         if self._conn is None or not self.config.db_dir:

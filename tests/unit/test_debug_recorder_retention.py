@@ -1,0 +1,113 @@
+"""The flight recorder's retention by count: the oldest events go, a whole file at a time, and nothing is counted twice.
+
+These drive the recorder's own thread-side steps (write a batch, rotate, retain) directly on files
+in a temporary ``db_dir``, as its thread would, without an event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections import deque
+from pathlib import Path
+
+from knarr.config.models import DebugConfig
+from knarr.debug import recorder as recorder_module
+from knarr.debug.files import recorder_files
+from knarr.debug.recorder import FILE_MIN_EVENTS, FlightRecorder
+
+
+def file_recorder(db_dir: Path, **settings) -> FlightRecorder:
+    recorder = FlightRecorder(DebugConfig(enabled=True, db_dir=str(db_dir), **settings), "w1")
+    recorder._open()
+    return recorder
+
+
+def write(recorder: FlightRecorder, events: int) -> None:
+    """``events`` more events, written as one batch (one flush's worth)."""
+    for _ in range(events):
+        recorder.record("consumed", 0, recorder._next_id)
+    batch, recorder._buffer = recorder._buffer, deque()
+    recorder._write(batch)
+
+
+def ids_by_file(db_dir: Path) -> dict[str, list[int]]:
+    kept = {}
+    for path in recorder_files(str(db_dir), "w1"):
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            kept[path.name] = [i for (i,) in conn.execute("SELECT id FROM events ORDER BY id")]
+    return kept
+
+
+def test_a_busy_recorder_at_its_limit_drops_its_oldest_file_whole_and_keeps_the_newest_events(tmp_path):
+    limit = 8_000  # a file then takes at most 2,000 events
+    recorder = file_recorder(tmp_path, retention_max_events=limit)
+    try:
+        for _ in range(20):  # 30,000 events: the limit is passed after the sixth batch
+            write(recorder, 1_500)
+            files = ids_by_file(tmp_path)
+            kept = sorted(i for ids in files.values() for i in ids)
+            last = recorder._next_id - 1
+            assert kept == list(range(last - len(kept) + 1, last + 1)), "the newest events, none missing"
+            assert len(kept) <= limit
+            if last > limit:
+                assert len(kept) > limit - limit // 4, "at most a quarter of the limit goes too early"
+            for name, ids in files.items():
+                assert len(ids) <= 2_000, f"{name} holds more than its share"
+                assert ids and (ids[0] - 1) % 2_000 == 0, f"{name} lost its oldest rows: only whole files go"
+    finally:
+        recorder._close()
+
+
+def test_earlier_files_are_counted_once_not_at_every_write(tmp_path, monkeypatch):
+    earlier = file_recorder(tmp_path, retention_max_events=8_000)
+    write(earlier, 5_000)  # three files: 2,000, 2,000 and 1,000 events
+    earlier._close()
+    assert len(recorder_files(str(tmp_path), "w1")) == 3
+    opened: list[str] = []
+    real_connect = sqlite3.connect
+
+    def counting_connect(database, *args, **kwargs):
+        opened.append(str(database))
+        return real_connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(recorder_module.sqlite3, "connect", counting_connect)
+    recorder = file_recorder(tmp_path, retention_max_events=8_000)  # the same worker, restarted
+    try:
+        for _ in range(12):
+            write(recorder, 500)
+    finally:
+        recorder._close()
+    counted = [name for name in opened if "mode=ro" in name]
+    assert len(counted) == len(set(counted)) == 3, counted
+    assert sum(len(ids) for ids in ids_by_file(tmp_path).values()) <= 8_000
+
+
+def test_a_small_limit_keeps_at_most_that_many_of_the_newest_events_trimming_rows(tmp_path):
+    recorder = file_recorder(tmp_path, retention_max_events=60)  # files take FILE_MIN_EVENTS, far over a quarter
+    try:
+        for _ in range(10):
+            write(recorder, 25)
+            kept = sorted(i for ids in ids_by_file(tmp_path).values() for i in ids)
+            last = recorder._next_id - 1
+            assert kept == list(range(last - len(kept) + 1, last + 1)) and len(kept) == min(60, last)
+        write(recorder, FILE_MIN_EVENTS * 2 + 500)  # one batch bigger than two files
+        files = ids_by_file(tmp_path)
+        kept = sorted(i for ids in files.values() for i in ids)
+        assert kept == list(range(recorder._next_id - 60, recorder._next_id))
+        assert all(len(ids) <= FILE_MIN_EVENTS for ids in files.values())
+    finally:
+        recorder._close()
+
+
+def test_the_memory_database_keeps_exactly_the_newest_events_up_to_the_limit(tmp_path):
+    recorder = FlightRecorder(DebugConfig(enabled=True, db_dir="", retention_max_events=100), "w1")
+    recorder._open()
+    try:
+        write(recorder, 70)
+        write(recorder, 70)
+        assert recorder._conn is not None
+        kept = [i for (i,) in recorder._conn.execute("SELECT id FROM events ORDER BY id")]
+        assert kept == list(range(41, 141))
+    finally:
+        recorder._conn.close()
