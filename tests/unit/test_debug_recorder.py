@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import json
 import math
 
 import pytest
 
 from knarr.config.loading import ConfigError, config_from_dict
 from knarr.config.models import DebugConfig
-from knarr.debug import queries
+from knarr.debug import queries, schema
 from knarr.debug.links import links
 from knarr.debug.recorder import FlightRecorder
 
@@ -92,6 +94,16 @@ async def test_every_field_of_an_event_survives_the_write_and_data_json_cannot_s
     assert events[0]["data"] == {"sink": "kafka.out", "payloads": 3, "ratio": 0.5}
     assert math.isnan(events[1]["data"]["score"]) and events[1]["data"]["raw"] == "\ufffdok"
     assert events[2]["data"] == {} and isinstance(events[0]["ts"], float)
+
+
+@pytest.mark.parametrize("data", [
+    {"exit_code": 0, "args": ["é", "x"], "pid": 12, "slot": 1},
+    {"score": float("inf"), "none": None, "big": 2**70, "nested": {"k": [1, 2.5, "null"]}},
+    {"raw": b"\xffok", "tags": {"a"}, 3: "int key", "when": datetime.datetime(2026, 11, 26, 1, 2, 3)},
+])
+def test_event_data_is_stored_as_the_json_module_would_store_it(data):
+    stored, plain = schema.dumps(data), schema._encode(data)
+    assert stored == plain or json.loads(stored) == json.loads(plain)
 
 
 async def test_the_live_feed_leaves_out_events_shorter_than_ws_min_duration():

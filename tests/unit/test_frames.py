@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from knarr.engine.frames import MAGIC, MAX_HEADER_BYTES, Decoder, FrameError, encode
+from knarr.engine.frames import MAGIC, MAX_HEADER_BYTES, Decoder, FrameError, encode, parse_header
 from knarr.task import Request, Result, read_request, serve, write_result
 
 
@@ -24,6 +24,30 @@ def test_a_frame_is_the_magic_two_lengths_a_json_header_and_the_body():
     assert (magic, body_len) == (MAGIC, 4)
     assert json.loads(frame[12:12 + header_len]) == {"type": "task", "id": "t1"}
     assert frame[12 + header_len:] == b"body"
+
+
+_SCALARS = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False,
+                                                                                      allow_infinity=False) | st.text()
+_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner,
+                                                                                            max_size=4), max_leaves=12)
+
+
+@given(st.dictionaries(st.text(), _VALUES, max_size=6))
+def test_a_header_reads_back_as_json_would_read_what_json_wrote(extra):
+    header = {**extra, "type": "task"}
+    frame = encode(header)
+    head = frame[12:]
+    assert parse_header(head) == json.loads(json.dumps(header, ensure_ascii=False)) == json.loads(head)
+
+
+def test_what_the_fast_encoder_refuses_is_written_as_before():
+    assert json.loads(encode({"type": "task", "n": 2**70})[12:]) == {"type": "task", "n": 2**70}
+    with pytest.raises(UnicodeEncodeError):  # a lone surrogate: UTF-8 cannot hold it
+        encode({"type": "task", "args": ["\ud800"]})
+
+
+def test_a_header_with_json_modules_extensions_still_reads():
+    assert parse_header(b'{"type":"result","score":NaN}')["score"] != 0  # NaN: not JSON, but Python's json takes it
 
 
 def test_a_result_body_splits_into_stdout_and_stderr_at_stdout_bytes():

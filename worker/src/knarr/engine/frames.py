@@ -17,12 +17,20 @@ import json
 import struct
 from dataclasses import dataclass, field
 
+import orjson
+
 MAGIC = b"KNRF"
 PREFIX = struct.Struct(">4sII")
 PROTOCOL_VERSION = 1
 MAX_HEADER_BYTES = 1024 * 1024
 MAX_BODY_BYTES = 0xFFFFFFFF
 _NO_LIMIT = 1 << 62
+# orjson reads and writes the headers, five to ten times faster than json, on both sides of every
+# task. json still writes what orjson refuses (a lone surrogate, an integer past 64 bits) and reads
+# what orjson refuses (NaN and infinities, which are no JSON), and says what is wrong with a header
+# that is no JSON. One difference remains: an integer past 64 bits in a header reads as a float
+# (no field of the protocol holds one).
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class FrameError(ValueError):
@@ -31,7 +39,10 @@ class FrameError(ValueError):
 
 def encode(header: dict, body: bytes = b"") -> bytes:
     """One frame. Raises UnicodeEncodeError for text that UTF-8 cannot hold (lone surrogates)."""
-    head = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    try:
+        head = orjson.dumps(header)
+    except TypeError:  # orjson.JSONEncodeError: a lone surrogate (UnicodeEncodeError below), an integer past 64 bits
+        head = _encode(header).encode()
     if len(head) > MAX_HEADER_BYTES:
         raise FrameError(f"a frame header of {len(head)} bytes is over the protocol's {MAX_HEADER_BYTES}; "
                          "pass bulk data on stdin (the body), not in args or env")
@@ -53,12 +64,19 @@ def check_prefix(prefix: bytes) -> tuple[int, int]:
     return header_len, body_len
 
 
+def _decode(data: bytes) -> object:
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise FrameError(f"frame header is not JSON in UTF-8 ({exc}): {bytes(data[:80])!r}") from None
+
+
 def parse_header(data: bytes) -> dict:
     """A frame's header: a JSON object with a string ``type``."""
     try:
-        header = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise FrameError(f"frame header is not JSON in UTF-8 ({exc}): {bytes(data[:80])!r}") from None
+        header = orjson.loads(data)
+    except ValueError:  # orjson.JSONDecodeError; json says why, or takes what orjson refuses (NaN, huge integers)
+        header = _decode(data)
     if not isinstance(header, dict) or not isinstance(header.get("type"), str):
         raise FrameError(f"frame header must be a JSON object with a string 'type', got {bytes(data[:80])!r}")
     return header
