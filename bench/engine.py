@@ -397,6 +397,7 @@ def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor:
               f"{'>= 10x':>10}  {verdict(kept.rate >= 10 * b.rate)}")
         print(f"  {'    persistent / spawn mode':58}{kept.rate / b.rate:>13.1f}x")
         print(f"  {'    worker CPU per task, persistent mode':58}{kept.cpu_us:>10.0f} us")
+        persistent_ceiling(kept, b)
     else:
         why = "(skipped: --skip-persistent)" if args.skip_persistent else "(bench/persistent.py not present)"
         print(f"  {'persistent mode':58}{why:>14}")
@@ -447,6 +448,24 @@ def ceiling(floor: Figure | None, b: Figure) -> None:
                              ("    ceiling, a worker costing nothing: cores / (child + broker)", 0.0)):
         best = cores * 1e6 / (child_us + worker_us + broker_us)
         print(f"  {label:58}{best:>10.0f} /s  = {best / floor.rate:.2f} x the floor")
+
+
+def persistent_ceiling(kept: Figure, b: Figure) -> None:
+    """What this machine's cores allow persistent mode at best, as a multiple of spawn mode's rate (b).
+
+    The same reckoning as ``ceiling``: every task costs the program's CPU (bench/echo_task.py,
+    a Python program; its start included), the worker's and the local broker's, all on these cores.
+    """
+    if not kept.children_cpu_seconds or kept.broker_cpu_seconds is None:
+        return
+    cores = os.cpu_count() or 1
+    program_us = kept.children_cpu_seconds / kept.count * 1e6
+    broker_us = kept.broker_cpu_seconds / kept.count * 1e6
+    print(f"  {'    CPU per task: the program, the local broker':58}{program_us:>7.0f}, {broker_us:.0f} us")
+    for label, worker_us in (("    ceiling, this worker: cores / (program + worker + broker)", kept.cpu_us),
+                             ("    ceiling, a worker costing nothing: cores / (program + broker)", 0.0)):
+        best = cores * 1e6 / (program_us + worker_us + broker_us)
+        print(f"  {label:58}{best:>10.0f} /s  = {best / b.rate:.1f} x spawn mode")
 
 
 def profile_report(profiler: cProfile.Profile, tasks: int, top: int) -> None:

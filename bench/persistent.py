@@ -37,7 +37,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
 import knarr  # noqa: E402
-from engine import Figure, TimedSource, cpu_self, prefill, stat_cpu_seconds  # noqa: E402
+from engine import Figure, TimedSource, cpu_self, persistent_ceiling, prefill, stat_cpu_seconds  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.engine import event_loop  # noqa: E402
 from knarr.engine.persistent import ProgramPool  # noqa: E402
@@ -128,7 +128,11 @@ async def executor_rates(count: int, concurrency: int) -> dict[str, Figure]:
 
 # --- the engine end to end --------------------------------------------------------------------
 async def run_mode(bootstrap: str, mode: str, messages: int, max_executors: int) -> tuple[Figure, float | None]:
-    """One engine run of the echo workload in ``mode`` (spawn | persistent); the figure, and the programs' CPU."""
+    """One engine run of the echo workload in ``mode`` (spawn | persistent); the figure, and the programs' CPU.
+
+    The figure's ``children_cpu_seconds`` is the programs' CPU (their start included), and its
+    ``broker_cpu_seconds`` the local broker's over the timed interval, when the broker is this checkout's.
+    """
     topic, ends = prefill(bootstrap, messages)
     output = unique_name("bench-persistent-out")
     create_topic(bootstrap, output, 1)
@@ -149,9 +153,14 @@ async def run_mode(bootstrap: str, mode: str, messages: int, max_executors: int)
     code = await asyncio.wait_for(worker.run(), 900)
     if code != 0 or source.first_at is None or source.done_at is None:
         raise RuntimeError(f"{mode} run did not finish cleanly (exit {code}); committed {source.committed}, ends {ends}")
+    broker = None
+    if source.first_broker is not None and source.done_broker is not None:
+        broker = source.done_broker - source.first_broker
+    programs_cpu = worker.programs_cpu if mode == "persistent" else None
     figure = Figure(worker.stats.tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
-                    source.done_loop_cpu - source.first_loop_cpu)
-    return figure, (worker.programs_cpu if mode == "persistent" else None)
+                    source.done_loop_cpu - source.first_loop_cpu, children_cpu_seconds=programs_cpu or 0.0,
+                    broker_cpu_seconds=broker)
+    return figure, programs_cpu
 
 
 async def compare(bootstrap: str, messages: int = 20_000, max_executors: int = 2 * (os.cpu_count() or 1)) -> dict:
@@ -184,6 +193,7 @@ def report(figures: dict) -> None:
     verdict = "PASS" if figures["ratio"] >= TARGET_RATIO else "MISS"
     print(f"  {'persistent / spawn':44}{figures['ratio']:>9.1f}x   target >= {TARGET_RATIO:g}x  {verdict}")
     print(f"      ({spawn.count} tasks in {spawn.seconds:.2f}s spawned; {kept.count} in {kept.seconds:.2f}s persistent)")
+    persistent_ceiling(kept, spawn)
 
 
 async def main() -> int:

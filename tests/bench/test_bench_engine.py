@@ -26,7 +26,8 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
     for row in ("spawn mode: engine end to end", "spawn mode / C floor", "worker CPU per task, children excluded",
                 "event loop lag p99 under full load", "persistent / spawn mode",
                 "diagnostic: b with the backpressure pause out of reach", "profile: ",
-                "ceiling, a worker costing nothing", "of (d), librdkafka",
+                "ceiling, a worker costing nothing: cores / (child + broker)",
+                "ceiling, a worker costing nothing: cores / (program + broker)", "of (d), librdkafka",
                 "the same with executor.spawner: thread", "the same through the spawner thread"):
         assert row in table, f"{row!r} missing from:\n{table}"
     assert "recorder" in table.lower()
