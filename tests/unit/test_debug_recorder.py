@@ -6,6 +6,7 @@ import asyncio
 import datetime
 import json
 import math
+import threading
 
 import pytest
 
@@ -104,6 +105,23 @@ async def test_every_field_of_an_event_survives_the_write_and_data_json_cannot_s
 def test_event_data_is_stored_as_the_json_module_would_store_it(data):
     stored, plain = schema.dumps(data), schema._encode(data)
     assert stored == plain or json.loads(stored) == json.loads(plain)
+
+
+async def test_a_written_batch_is_freed_on_the_recorders_thread_not_on_the_event_loop():
+    freed_on: list[int] = []
+
+    class Marker:
+        def __del__(self) -> None:
+            freed_on.append(threading.get_ident())
+
+    recorder = memory_recorder()
+    await recorder.start()
+    try:
+        recorder.record("consumed", 0, 1, data={"marker": Marker()})
+        await recorder.flush()
+    finally:
+        await recorder.stop()
+    assert len(freed_on) == 1 and freed_on[0] != threading.get_ident()
 
 
 async def test_the_live_feed_leaves_out_events_shorter_than_ws_min_duration():

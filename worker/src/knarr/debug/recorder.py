@@ -278,6 +278,7 @@ class FlightRecorder:
         bound (the data's JSON, a fraction of a millisecond) and inserts them all without it.
         """
         rows, worker, encode = list(batch), self.worker, schema.dumps
+        batch.clear()  # the events are freed with ``rows``, on this thread, not by the loop when flush() returns
         done = 0
         while done < len(rows):
             if self.config.db_dir and self._file_events >= self._file_cap:
