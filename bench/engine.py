@@ -444,10 +444,7 @@ def ceiling(floor: Figure | None, b: Figure) -> None:
     broker_us = b.broker_cpu_seconds / b.count * 1e6
     print(f"  {'    the C floor: CPU per spawn, parent + child':58}{spawn_us:>10.0f} us  "
           f"(busy cores: {floor.rate * spawn_us / 1e6:.2f} of {cores})")
-    for label, worker_us in (("    ceiling, this worker: cores / (child + worker + broker)", b.cpu_us),
-                             ("    ceiling, a worker costing nothing: cores / (child + broker)", 0.0)):
-        best = cores * 1e6 / (child_us + worker_us + broker_us)
-        print(f"  {label:58}{best:>10.0f} /s  = {best / floor.rate:.2f} x the floor")
+    print_ceilings("child", child_us, b.cpu_us, broker_us, floor.rate, "{:.2f} x the floor")
 
 
 def persistent_ceiling(kept: Figure, b: Figure) -> None:
@@ -458,14 +455,21 @@ def persistent_ceiling(kept: Figure, b: Figure) -> None:
     """
     if not kept.children_cpu_seconds or kept.broker_cpu_seconds is None:
         return
-    cores = os.cpu_count() or 1
     program_us = kept.children_cpu_seconds / kept.count * 1e6
     broker_us = kept.broker_cpu_seconds / kept.count * 1e6
     print(f"  {'    CPU per task: the program, the local broker':58}{program_us:>7.0f}, {broker_us:.0f} us")
-    for label, worker_us in (("    ceiling, this worker: cores / (program + worker + broker)", kept.cpu_us),
-                             ("    ceiling, a worker costing nothing: cores / (program + broker)", 0.0)):
-        best = cores * 1e6 / (program_us + worker_us + broker_us)
-        print(f"  {label:58}{best:>10.0f} /s  = {best / b.rate:.1f} x spawn mode")
+    print_ceilings("program", program_us, kept.cpu_us, broker_us, b.rate, "{:.1f} x spawn mode")
+
+
+def print_ceilings(what: str, task_us: float, worker_us: float, broker_us: float, reference: float,
+                   against: str) -> None:
+    """The two ceilings: cores / (what + worker + broker CPU per task), and with a worker costing nothing;
+    ``against`` formats each as a multiple of ``reference`` tasks/s."""
+    cores = os.cpu_count() or 1
+    for label, worker in ((f"    ceiling, this worker: cores / ({what} + worker + broker)", worker_us),
+                          (f"    ceiling, a worker costing nothing: cores / ({what} + broker)", 0.0)):
+        best = cores * 1e6 / (task_us + worker + broker_us)
+        print(f"  {label:58}{best:>10.0f} /s  = " + against.format(best / reference))
 
 
 def profile_report(profiler: cProfile.Profile, tasks: int, top: int) -> None:

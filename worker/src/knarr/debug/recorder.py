@@ -326,8 +326,7 @@ class FlightRecorder:
         at most all of it. Rows are deleted only where that would drop too many: from a file
         bigger than its share (a small ``retention_max_events``, whose files hold
         ``FILE_MIN_EVENTS``, or a file written under other settings), and from the one database
-        kept in memory. Earlier files are counted
-        once, not at every write.
+        kept in memory. Earlier files are counted once, not at every write.
         """
         assert self._conn is not None
         cfg = self.config
