@@ -7,6 +7,14 @@ SHELL := /bin/bash
 # and installs it when it is nowhere). Expanded only by the targets that use it.
 UV ?= $(shell hack/uv.sh)
 PYTEST_ARGS ?=
+# The Python of .venv: the distribution's when it is 3.11 or newer (built with PGO and LTO, like the
+# worker image's; hack/python.sh says why), else uv's choice. Set UV_PYTHON to choose another.
+ifndef UV_PYTHON
+export UV_PYTHON := $(shell hack/python.sh)
+ifeq ($(UV_PYTHON),)
+unexport UV_PYTHON
+endif
+endif
 
 .PHONY: setup demo demo-kafka test test-unit
 
@@ -110,12 +118,15 @@ bench-backfill: setup
 
 .PHONY: bench-compare
 
-# knarr vs Drakkar 2.4.0 (py-drakkar in its own venv under ~/.cache/knarr): W1 echo and W2 grep fan-out, defaults and
-# same limits, then knarr's persistent mode on W1; one markdown table (BENCH_ARGS: --messages N --rows ... --engines ...)
+# knarr vs Drakkar 2.4.0 (py-drakkar in its own venv under ~/.cache/knarr, knarr in another on the same Python): W1 echo
+# and W2 grep fan-out, defaults and same limits, then knarr's persistent mode on W1; one markdown table
+# (BENCH_ARGS: --messages N --rows ... --engines ...)
 bench-compare: setup
 	hack/kafka/kafka.sh up
 	@drakkar_python=$$(bench/compare/drakkar_venv.sh) && \
-	$(UV) run python bench/compare/race.py --drakkar-python "$$drakkar_python" $(BENCH_ARGS)
+	knarr_python=$$(bench/compare/knarr_venv.sh "$$drakkar_python") && \
+	$(UV) run python bench/compare/race.py --drakkar-python "$$drakkar_python" --knarr-python "$$knarr_python" \
+		$(BENCH_ARGS)
 
 # --- operator (operator/README.md) --------------------------------------------
 .PHONY: crds docs images kind-up kind-down

@@ -445,6 +445,7 @@ def ceiling(floor: Figure | None, b: Figure) -> None:
     print(f"  {'    the C floor: CPU per spawn, parent + child':58}{spawn_us:>10.0f} us  "
           f"(busy cores: {floor.rate * spawn_us / 1e6:.2f} of {cores})")
     print_ceilings("child", child_us, b.cpu_us, broker_us, floor.rate, "{:.2f} x the floor")
+    loop_ceiling(b, floor.rate, "{:.2f} x the floor")
 
 
 def persistent_ceiling(kept: Figure, b: Figure) -> None:
@@ -459,6 +460,18 @@ def persistent_ceiling(kept: Figure, b: Figure) -> None:
     broker_us = kept.broker_cpu_seconds / kept.count * 1e6
     print(f"  {'    CPU per task: the program, the local broker':58}{program_us:>7.0f}, {broker_us:.0f} us")
     print_ceilings("program", program_us, kept.cpu_us, broker_us, b.rate, "{:.1f} x spawn mode")
+    loop_ceiling(kept, b.rate, "{:.1f} x spawn mode")
+
+
+def loop_ceiling(figure: Figure, reference: float, against: str) -> None:
+    """The other bound: one event loop runs every task's bookkeeping, so tasks/s cannot pass
+    1 / (its CPU per task) even with cores to spare; and how busy it was over the run."""
+    if not figure.loop_cpu_seconds:
+        return
+    loop_us = figure.loop_cpu_seconds / figure.count * 1e6
+    best = 1e6 / loop_us
+    print(f"  {'    ceiling, one event loop: 1 / its CPU per task':58}{best:>10.0f} /s  = "
+          + against.format(best / reference) + f"  (busy {figure.loop_cpu_seconds / figure.seconds:.0%} of the run)")
 
 
 def print_ceilings(what: str, task_us: float, worker_us: float, broker_us: float, reference: float,

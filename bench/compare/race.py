@@ -55,7 +55,6 @@ START_TIMEOUT = 180.0  # worker start to warm-up output (the machine may be busy
 STALL_TIMEOUT = 180.0  # longest wait for the next output record before the run is called stuck
 STOP_TIMEOUT = 60.0
 PROGRESS_SECONDS = 30.0
-KNARR = REPO_ROOT / ".venv" / "bin" / "knarr"
 
 
 class RunFailed(RuntimeError):
@@ -101,14 +100,15 @@ class Worker:
         return self.proc.wait()
 
 
-def start_worker(engine: str, row: Row, config: dict, workdir: Path, drakkar_python: str) -> Worker:
+def start_worker(engine: str, row: Row, config: dict, workdir: Path, args: argparse.Namespace) -> Worker:
     config_path = workdir / "config.yaml"
     config_path.write_text(json.dumps(config, indent=1))  # JSON is YAML
     spec = handler_spec(engine, row.workload)
     if engine == "knarr":
-        argv = [str(KNARR), "run", "--config", str(config_path), "--handler", spec, "--no-progress"]
+        knarr = Path(args.knarr_python).parent / "knarr"  # the CLI of the venv that python is in
+        argv = [str(knarr), "run", "--config", str(config_path), "--handler", spec, "--no-progress"]
     else:
-        argv = [drakkar_python, str(HERE / "drakkar_run.py"), str(config_path), spec]
+        argv = [args.drakkar_python, str(HERE / "drakkar_run.py"), str(config_path), spec]
     # The config file is the whole configuration: no override from this shell's KNARR_* or DK_* variables.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KNARR_", "DK_"))}
     log_path = workdir / "worker.log"
@@ -219,13 +219,13 @@ def run(engine: str, row: Row, count: int, args: argparse.Namespace, bootstrap: 
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
         workdir = Path(tmp)
         if engine == "knarr":
-            persistent = [sys.executable, str(HERE / "echo_task.py")] if row.persistent else None
+            persistent = [args.knarr_python, str(HERE / "echo_task.py")] if row.persistent else None
             config = knarr_config(row, bootstrap, topics, binary, args.limits, persistent)
         else:
             config = drakkar_config(row, bootstrap, topics, binary, args.limits, str(workdir / "storage"))
         producer = Producer(bootstrap)
         reader = OutputReader(bootstrap, topics.output)
-        worker = start_worker(engine, row, config, workdir, args.drakkar_python)
+        worker = start_worker(engine, row, config, workdir, args)
         try:
             producer.send(topics.source, row.workload, [WARMUP])
             wait_for(worker, reader, lambda: WARMUP in reader.numbers, START_TIMEOUT, "before the warm-up message's output")
@@ -281,6 +281,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-executors", type=positive, default=Limits.max_executors,
                         help=f"pool slots in the same-limits rows (default {Limits.max_executors})")
     parser.add_argument("--drakkar-python", default="", help="Python of the Drakkar venv (bench/compare/drakkar_venv.sh)")
+    parser.add_argument("--knarr-python", default=sys.executable,
+                        help="Python of a venv with knarr installed (default: this one's); make bench-compare passes "
+                             "one on Drakkar's interpreter (bench/compare/knarr_venv.sh)")
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
     parser.add_argument("--echo", default="/bin/echo")
     parser.add_argument("--grep", default="/usr/bin/grep" if Path("/usr/bin/grep").exists() else "/bin/grep")
@@ -291,6 +294,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      "or pass --engines knarr)")
     args.limits = Limits(max_executors=args.max_executors)
     return args
+
+
+def interpreter(args: argparse.Namespace, engine: str) -> str:
+    """The version and path of the interpreter ``engine`` runs on (its venv's base Python)."""
+    python = args.knarr_python if engine == "knarr" else args.drakkar_python
+    found = subprocess.run([python, "-c", "import platform, sys; print(platform.python_version(), sys._base_executable)"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    return f"Python {found[0]} ({found[1]})"
 
 
 def planned(args: argparse.Namespace) -> list[tuple[Row, str]]:
@@ -323,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         figures.append(result)
         print(f"  {result.msgs_per_s:.0f} msg/s, {result.cpu_us_per_task:.0f} µs CPU/task", file=sys.stderr, flush=True)
-    text = report.render(figures, machine.finish(), args, time.monotonic() - started, platform.python_version())
+    text = report.render(figures, machine.finish(), args, time.monotonic() - started,
+                         {engine: interpreter(args, engine) for engine in args.engines})
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text)

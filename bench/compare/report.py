@@ -104,7 +104,9 @@ def table(figures: list[Figure]) -> list[str]:
     return lines
 
 
-def render(figures: list[Figure], machine: Machine, args, seconds: float, python: str) -> str:
+def render(figures: list[Figure], machine: Machine, args, seconds: float, pythons: dict[str, str]) -> str:
+    """The table and what it was measured on; ``pythons``: each engine's interpreter, as the harness found it."""
+    on = "; ".join(f"{ENGINE_NAMES.get(engine, engine)} on {python}" for engine, python in pythons.items())
     counts = {f.row.workload: f.messages for f in figures}
     lines = [
         f"### make bench-compare: knarr vs Drakkar 2.4.0",
@@ -124,7 +126,7 @@ def render(figures: list[Figure], machine: Machine, args, seconds: float, python
         f"Machine: {machine.cores} cores, {machine.model}, {machine.memory}, Linux {machine.kernel}; "
         f"load average (1/5/15 min) {_load(machine.load_before)} before, {_load(machine.load_after)} after. "
         f"Messages: W1 {counts.get('w1', '–')}, W2 {counts.get('w2', '–')} (×10 tasks); one local Kafka broker; "
-        f"harness and knarr on Python {python}, Drakkar on Python 3.13; {seconds:.0f} s in all. "
+        f"harness on Python {platform.python_version()}, {on}; {seconds:.0f} s in all. "
         "A shared machine: other load moves these figures, so compare engines within one run, not across runs.",
     ]
     return "\n".join(lines) + "\n"

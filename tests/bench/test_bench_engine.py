@@ -28,6 +28,8 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
                 "diagnostic: b with the backpressure pause out of reach", "profile: ",
                 "ceiling, a worker costing nothing: cores / (child + broker)",
                 "ceiling, a worker costing nothing: cores / (program + broker)", "of (d), librdkafka",
+                "ceiling, one event loop: 1 / its CPU per task",
                 "the same with executor.spawner: thread", "the same through the spawner thread"):
         assert row in table, f"{row!r} missing from:\n{table}"
+    assert table.count("ceiling, one event loop") == 2, table  # spawn mode's and persistent mode's
     assert "recorder" in table.lower()
