@@ -15,7 +15,12 @@ the spawn path (``run_process``, /bin/echo) or the persistent pool (``ProgramPoo
 back — the ceiling each mode gives the engine — and the pool with tests/programs/echo_task.c,
 a C program, for what the protocol costs without Python on the program's side.
 
-    python bench/persistent.py [--messages 20000] [--max-executors N]
+After it, a worker per core (``--workers``, default the core count): each mode again with that
+many worker processes at once, each on a topic of its own with its share of the messages and of
+``max_executors``, as replicas one per core would run: does a second event loop lift a mode
+that one loop bounds, or do the cores bound it next?
+
+    python bench/persistent.py [--messages 20000] [--max-executors N] [--workers N]
 
 Another bench calls :func:`compare` (it returns the figures) or :func:`run_mode`.
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -133,7 +139,12 @@ async def run_mode(bootstrap: str, mode: str, messages: int, max_executors: int)
     The figure's ``children_cpu_seconds`` is the programs' CPU (their start included), and its
     ``broker_cpu_seconds`` the local broker's over the timed interval, when the broker is this checkout's.
     """
-    topic, ends = prefill(bootstrap, messages)
+    figure, programs_cpu, _source = await _run_worker(bootstrap, mode, *prefill(bootstrap, messages), max_executors)
+    return figure, programs_cpu
+
+
+async def _run_worker(bootstrap: str, mode: str, topic: str, ends: dict[int, int],
+                      max_executors: int) -> tuple[Figure, float | None, TimedSource]:
     output = unique_name("bench-persistent-out")
     create_topic(bootstrap, output, 1)
     executor = {"binary_path": SPAWN_BINARY, "max_executors": max_executors, "task_timeout_seconds": 30}
@@ -160,7 +171,54 @@ async def run_mode(bootstrap: str, mode: str, messages: int, max_executors: int)
     figure = Figure(worker.stats.tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
                     source.done_loop_cpu - source.first_loop_cpu, children_cpu_seconds=programs_cpu or 0.0,
                     broker_cpu_seconds=broker)
-    return figure, programs_cpu
+    return figure, programs_cpu, source
+
+
+# --- a worker per core ------------------------------------------------------------------------
+async def run_workers(bootstrap: str, mode: str, messages: int, max_executors: int, workers: int) -> Figure:
+    """``workers`` worker processes at once, as replicas one per core would run: each on a topic of
+    its own with ``messages / workers`` of the workload and ``max_executors / workers`` slots (the same
+    totals as one worker). The figure spans the first worker's first batch to the last one's last
+    commit; its CPU is the workers' own (their programs' in ``children_cpu_seconds``).
+    """
+    share, slots = messages // workers, max(1, max_executors // workers)
+    topics = [prefill(bootstrap, share) for _ in range(workers)]
+    children = [await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--one-worker", json.dumps({"bootstrap": bootstrap, "mode": mode, "topic": topic,
+                                                                "ends": ends, "max_executors": slots}),
+        stdout=asyncio.subprocess.PIPE) for topic, ends in topics]
+    runs = []
+    for child in children:
+        out, _ = await child.communicate()
+        lines = [line for line in out.decode().splitlines() if line.startswith(_RESULT)]
+        if child.returncode != 0 or not lines:
+            raise RuntimeError(f"a {mode} worker of the {workers}-worker run failed (exit {child.returncode}; "
+                               "its log is above)")
+        runs.append(json.loads(lines[-1][len(_RESULT):]))
+    first = min(runs, key=lambda run: run["first_at"])
+    last = max(runs, key=lambda run: run["done_at"])
+    broker = None
+    if first["first_broker"] is not None and last["done_broker"] is not None:
+        broker = last["done_broker"] - first["first_broker"]
+    return Figure(sum(run["count"] for run in runs), last["done_at"] - first["first_at"],
+                  sum(run["cpu_seconds"] for run in runs), sum(run["loop_cpu_seconds"] for run in runs),
+                  children_cpu_seconds=sum(run["programs_cpu"] or 0.0 for run in runs), broker_cpu_seconds=broker)
+
+
+_RESULT = "one-worker result: "
+
+
+async def _one_worker(spec: dict) -> int:
+    """A worker of run_workers, in its own process: one run, its figures on stdout."""
+    ends = {int(partition): end for partition, end in spec["ends"].items()}
+    figure, programs_cpu, source = await _run_worker(spec["bootstrap"], spec["mode"], spec["topic"], ends,
+                                                     spec["max_executors"])
+    print(_RESULT + json.dumps({  # perf_counter is the system's monotonic clock: comparable across processes
+        "count": figure.count, "first_at": source.first_at, "done_at": source.done_at,
+        "cpu_seconds": figure.cpu_seconds, "loop_cpu_seconds": figure.loop_cpu_seconds,
+        "programs_cpu": programs_cpu, "first_broker": source.first_broker, "done_broker": source.done_broker}),
+        flush=True)
+    return 0
 
 
 async def compare(bootstrap: str, messages: int = 20_000, max_executors: int = 2 * (os.cpu_count() or 1)) -> dict:
@@ -196,19 +254,49 @@ def report(figures: dict) -> None:
     persistent_ceiling(kept, spawn)
 
 
+def report_workers(figures: dict[str, Figure], one: dict, workers: int) -> None:
+    """The per-core runs beside one worker's: what a replica per core gives each mode."""
+    print(f"\na worker per core: {workers} workers at once, each on its own topic with 1/{workers} of the messages "
+          f"and of max_executors, load average {os.getloadavg()[0]:.2f}")
+    print(f"  {'mode':44}{'tasks/s':>10}{'worker CPU/task':>18}{'vs one worker':>15}{'machine busy':>14}")
+    cores = os.cpu_count() or 1
+    for mode, figure in figures.items():
+        busy = figure.cpu_seconds + figure.children_cpu_seconds + (figure.broker_cpu_seconds or 0.0)
+        children = "" if mode == "spawn" else " (programs included)"
+        print(f"  {mode + ', ' + str(workers) + ' workers':44}{figure.rate:>10.0f}{figure.cpu_us:>15.0f} us"
+              f"{figure.rate / one[mode].rate:>14.2f}x{busy / figure.seconds / cores:>13.0%}{children}")
+    kept, many = figures["persistent"], f"{workers} workers"
+    print(f"  {'persistent, ' + many + ' / spawn, one worker':44}{kept.rate / one['spawn'].rate:>9.1f}x")
+    print(f"  {'persistent / spawn, ' + many + ' each':44}{kept.rate / figures['spawn'].rate:>9.1f}x")
+    print("  (machine busy: the workers', their programs' and the local broker's CPU over the run, of all cores;"
+          " spawn mode's task processes are not in it)")
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--max-executors", type=int, default=2 * (os.cpu_count() or 1))
     parser.add_argument("--executor-tasks", type=int, default=3_000,
                         help="spawned tasks for the executor-layer figures (persistent modes run 3x as many)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="also run each mode with this many worker processes at once (a replica per core); "
+                             "1: not")
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
+    parser.add_argument("--one-worker", help=argparse.SUPPRESS)  # a process of the --workers runs
     args = parser.parse_args()
+    if args.one_worker:
+        configure_logging("WARNING")
+        return await _one_worker(json.loads(args.one_worker))
     bootstrap = args.bootstrap or ensure_kafka()
     print("executor layer alone ...", file=sys.stderr)
     report_executor(await executor_rates(args.executor_tasks, args.max_executors), args.max_executors)
     print("end to end, spawn mode then persistent mode ...", file=sys.stderr)
-    report(await compare(bootstrap, args.messages, args.max_executors))
+    figures = await compare(bootstrap, args.messages, args.max_executors)
+    report(figures)
+    if args.workers > 1:
+        print(f"a worker per core: {args.workers} workers, spawn mode then persistent mode ...", file=sys.stderr)
+        report_workers({mode: await run_workers(bootstrap, mode, args.messages, args.max_executors, args.workers)
+                        for mode in ("spawn", "persistent")}, figures, args.workers)
     return 0  # a MISS is a finding to read, not a crash
 
 

@@ -1,0 +1,36 @@
+"""bench/persistent.py runs end to end at a tiny size: both modes, one worker and a worker per core.
+
+The per-core rows run workers as processes of their own, which report to the bench through their
+stdout; a change to the worker's output or exit must not break them silently. Nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PERSISTENT_BENCH = Path(__file__).resolve().parents[2] / "bench" / "persistent.py"
+
+
+@pytest.mark.kafka
+def test_a_tiny_persistent_bench_runs_both_modes_with_one_worker_and_with_two(kafka_bootstrap):
+    proc = subprocess.run(
+        [sys.executable, str(PERSISTENT_BENCH), "--messages", "400", "--executor-tasks", "50", "--max-executors", "2",
+         "--workers", "2", "--bootstrap", kafka_bootstrap],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = proc.stdout
+    for row in ("executor layer alone", "persistent, C program", "spawn (/bin/echo per task)",
+                "persistent / spawn", "a worker per core: 2 workers at once", "spawn, 2 workers",
+                "persistent, 2 workers", "persistent, 2 workers / spawn, one worker",
+                "persistent / spawn, 2 workers each"):
+        assert row in table, f"{row!r} missing from:\n{table}"
+    per_core = table[table.index("a worker per core: 2 workers at once"):]
+    for mode in ("spawn", "persistent"):  # every task of both workers counted, over a real interval
+        found = re.search(rf"^  {mode}, 2 workers +(\d+) +(\d+) us +([\d.]+)x +(\d+)%", per_core, re.MULTILINE)
+        assert found and int(found[1]) > 0 and int(found[2]) > 0 and float(found[3]) > 0, per_core
