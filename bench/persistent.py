@@ -15,12 +15,16 @@ the spawn path (``run_process``, /bin/echo) or the persistent pool (``ProgramPoo
 back — the ceiling each mode gives the engine — and the pool with tests/programs/echo_task.c,
 a C program, for what the protocol costs without Python on the program's side.
 
-After it, a worker per core (``--workers``, default the core count): each mode again with that
-many worker processes at once, each on a topic of its own with its share of the messages and of
-``max_executors``, as replicas one per core would run: does a second event loop lift a mode
-that one loop bounds, or do the cores bound it next?
+After it, two more questions, each mode again:
+- one task for many messages (``--per-task``, default 10 and 100): arrange() puts that many
+  messages in one task (their names its arguments, one output each). Messages/s and worker CPU
+  per message split the engine's cost into what each task costs and what each message costs.
+- a worker per core (``--workers``, default the core count): that many worker processes at once,
+  each on a topic of its own with its share of the messages and of ``max_executors``, as
+  replicas one per core would run: does a second event loop lift a mode that one loop bounds, or
+  do the cores bound it next?
 
-    python bench/persistent.py [--messages 20000] [--max-executors N] [--workers N]
+    python bench/persistent.py [--messages 20000] [--max-executors N] [--per-task 10,100] [--workers N]
 
 Another bench calls :func:`compare` (it returns the figures) or :func:`run_mode`.
 """
@@ -67,6 +71,22 @@ class EchoHandler(knarr.BaseHandler[None, None]):
 
     async def on_task_complete(self, result):
         return knarr.CollectResult(kafka=[knarr.KafkaPayload(data={"echo": result.stdout})])
+
+
+class BatchEchoHandler(knarr.BaseHandler[None, None]):
+    """One echo task per ``per_task`` messages (their names as its arguments); one output per message."""
+
+    def __init__(self, per_task: int) -> None:
+        super().__init__()
+        self.per_task = per_task
+
+    async def arrange(self, messages, pending):
+        chunks = [messages[i:i + self.per_task] for i in range(0, len(messages), self.per_task)]
+        return [knarr.ExecutorTask(args=[f"{m.partition}:{m.offset}" for m in chunk],
+                                   source_offsets=[m.offset for m in chunk]) for chunk in chunks]
+
+    async def on_task_complete(self, result):
+        return knarr.CollectResult(kafka=[knarr.KafkaPayload(data={"echo": word}) for word in result.stdout.split()])
 
 
 class MeasuredWorker(Worker):
@@ -133,18 +153,21 @@ async def executor_rates(count: int, concurrency: int) -> dict[str, Figure]:
 
 
 # --- the engine end to end --------------------------------------------------------------------
-async def run_mode(bootstrap: str, mode: str, messages: int, max_executors: int) -> tuple[Figure, float | None]:
+async def run_mode(bootstrap: str, mode: str, messages: int, max_executors: int,
+                   per_task: int = 1) -> tuple[Figure, float | None]:
     """One engine run of the echo workload in ``mode`` (spawn | persistent); the figure, and the programs' CPU.
 
     The figure's ``children_cpu_seconds`` is the programs' CPU (their start included), and its
     ``broker_cpu_seconds`` the local broker's over the timed interval, when the broker is this checkout's.
+    ``per_task`` > 1: one task per that many messages (BatchEchoHandler); the figure still counts tasks.
     """
-    figure, programs_cpu, _source = await _run_worker(bootstrap, mode, *prefill(bootstrap, messages), max_executors)
+    figure, programs_cpu, _source = await _run_worker(bootstrap, mode, *prefill(bootstrap, messages), max_executors,
+                                                      per_task)
     return figure, programs_cpu
 
 
-async def _run_worker(bootstrap: str, mode: str, topic: str, ends: dict[int, int],
-                      max_executors: int) -> tuple[Figure, float | None, TimedSource]:
+async def _run_worker(bootstrap: str, mode: str, topic: str, ends: dict[int, int], max_executors: int,
+                      per_task: int = 1) -> tuple[Figure, float | None, TimedSource]:
     output = unique_name("bench-persistent-out")
     create_topic(bootstrap, output, 1)
     executor = {"binary_path": SPAWN_BINARY, "max_executors": max_executors, "task_timeout_seconds": 30}
@@ -159,7 +182,7 @@ async def _run_worker(bootstrap: str, mode: str, topic: str, ends: dict[int, int
         "logging": {"level": "WARNING", "format": "json"},
     })
     source = TimedSource(KafkaSource(config.kafka, config.executor, client_id=f"bench-{mode}"), ends)
-    worker = MeasuredWorker(config, EchoHandler(), source=source)
+    worker = MeasuredWorker(config, EchoHandler() if per_task == 1 else BatchEchoHandler(per_task), source=source)
     source.worker = worker
     code = await asyncio.wait_for(worker.run(), 900)
     if code != 0 or source.first_at is None or source.done_at is None:
@@ -254,6 +277,32 @@ def report(figures: dict) -> None:
     persistent_ceiling(kept, spawn)
 
 
+async def batched_rows(bootstrap: str, messages: int, max_executors: int,
+                       sizes: list[int]) -> dict[tuple[str, int], Figure]:
+    """Each mode again with one task per ``size`` messages: figures counting messages, not tasks."""
+    rows = {}
+    for mode in ("spawn", "persistent"):
+        for size in sizes:
+            figure, _ = await run_mode(bootstrap, mode, messages, max_executors, per_task=size)
+            rows[(mode, size)] = Figure(messages, figure.seconds, figure.cpu_seconds, figure.loop_cpu_seconds)
+    return rows
+
+
+def report_batched(rows: dict[tuple[str, int], Figure], one: dict) -> None:
+    """Messages/s when arrange() puts many messages in one task, beside one task per message."""
+    print(f"\none task for many messages (arrange() batches them; one output per message), "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"  {'mode':20}{'messages per task':>18}{'messages/s':>12}{'tasks/s':>10}{'worker CPU/message':>21}"
+          f"{'vs one per message':>20}")
+    for mode in ("spawn", "persistent"):
+        alone = one[mode]
+        print(f"  {mode:20}{1:>18}{alone.rate:>12.0f}{alone.rate:>10.0f}{alone.cpu_us:>18.0f} us{1:>19.1f}x")
+        for (row_mode, size), figure in rows.items():
+            if row_mode == mode:
+                print(f"  {mode:20}{size:>18}{figure.rate:>12.0f}{figure.rate / size:>10.0f}"
+                      f"{figure.cpu_us:>18.0f} us{figure.rate / alone.rate:>19.1f}x")
+
+
 def report_workers(figures: dict[str, Figure], one: dict, workers: int) -> None:
     """The per-core runs beside one worker's: what a replica per core gives each mode."""
     print(f"\na worker per core: {workers} workers at once, each on its own topic with 1/{workers} of the messages "
@@ -281,9 +330,18 @@ async def main() -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="also run each mode with this many worker processes at once (a replica per core); "
                              "1: not")
+    parser.add_argument("--per-task", default="10,100",
+                        help="also run each mode with one task per this many messages (comma-separated sizes; "
+                             "empty: not)")
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
     parser.add_argument("--one-worker", help=argparse.SUPPRESS)  # a process of the --workers runs
     args = parser.parse_args()
+    try:
+        sizes = [int(size) for size in args.per_task.split(",") if size.strip()]
+    except ValueError:
+        parser.error(f"--per-task takes whole numbers separated by commas (e.g. 10,100), got {args.per_task!r}")
+    if any(size < 2 for size in sizes):
+        parser.error(f"--per-task sizes must be 2 or more (1 is the main run), got {args.per_task!r}")
     if args.one_worker:
         configure_logging("WARNING")
         return await _one_worker(json.loads(args.one_worker))
@@ -293,6 +351,9 @@ async def main() -> int:
     print("end to end, spawn mode then persistent mode ...", file=sys.stderr)
     figures = await compare(bootstrap, args.messages, args.max_executors)
     report(figures)
+    if sizes:
+        print("one task for many messages, spawn mode then persistent mode ...", file=sys.stderr)
+        report_batched(await batched_rows(bootstrap, args.messages, args.max_executors, sizes), figures)
     if args.workers > 1:
         print(f"a worker per core: {args.workers} workers, spawn mode then persistent mode ...", file=sys.stderr)
         report_workers({mode: await run_workers(bootstrap, mode, args.messages, args.max_executors, args.workers)

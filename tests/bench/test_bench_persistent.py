@@ -1,4 +1,5 @@
-"""bench/persistent.py runs end to end at a tiny size: both modes, one worker and a worker per core.
+"""bench/persistent.py runs end to end at a tiny size: both modes, one task per message and one per
+several, one worker and a worker per core.
 
 The per-core rows run workers as processes of their own, which report to the bench through their
 stdout; a change to the worker's output or exit must not break them silently. Nothing here is timed.
@@ -17,10 +18,10 @@ PERSISTENT_BENCH = Path(__file__).resolve().parents[2] / "bench" / "persistent.p
 
 
 @pytest.mark.kafka
-def test_a_tiny_persistent_bench_runs_both_modes_with_one_worker_and_with_two(kafka_bootstrap):
+def test_a_tiny_persistent_bench_runs_both_modes_batched_and_with_one_worker_and_with_two(kafka_bootstrap):
     proc = subprocess.run(
         [sys.executable, str(PERSISTENT_BENCH), "--messages", "400", "--executor-tasks", "50", "--max-executors", "2",
-         "--workers", "2", "--bootstrap", kafka_bootstrap],
+         "--per-task", "5", "--workers", "2", "--bootstrap", kafka_bootstrap],
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -30,6 +31,10 @@ def test_a_tiny_persistent_bench_runs_both_modes_with_one_worker_and_with_two(ka
                 "persistent, 2 workers", "persistent, 2 workers / spawn, one worker",
                 "persistent / spawn, 2 workers each"):
         assert row in table, f"{row!r} missing from:\n{table}"
+    batched = table[table.index("one task for many messages"):table.index("a worker per core: 2 workers at once")]
+    for mode in ("spawn", "persistent"):  # 400 messages in 80 tasks of 5: messages/s is 5x tasks/s
+        found = re.search(rf"^  {mode} +5 +(\d+) +(\d+) +(\d+) us", batched, re.MULTILINE)
+        assert found and int(found[1]) > 0 and abs(int(found[1]) - 5 * int(found[2])) <= 5, batched
     per_core = table[table.index("a worker per core: 2 workers at once"):]
     for mode in ("spawn", "persistent"):  # every task of both workers counted, over a real interval
         found = re.search(rf"^  {mode}, 2 workers +(\d+) +(\d+) us +([\d.]+)x +(\d+)%", per_core, re.MULTILINE)
