@@ -96,6 +96,13 @@ bench: setup
 	hack/kafka/kafka.sh up
 	$(UV) run python bench/engine.py $(BENCH_ARGS)
 
+.PHONY: bench-persistent
+
+# Tiny tasks end to end in spawn and persistent mode, then one task per 10 and per 100 messages, then a worker per core (local Kafka)
+bench-persistent: setup
+	hack/kafka/kafka.sh up
+	$(UV) run python bench/persistent.py $(BENCH_ARGS)
+
 .PHONY: bench-spawners
 
 # Ways to start task processes off the event loop, side by side: tasks/s, CPU/task, loop lag p99, ratio to C
