@@ -202,8 +202,8 @@ async def run_workers(bootstrap: str, mode: str, messages: int, max_executors: i
     """``workers`` worker processes at once, as replicas one per core would run: each on a topic of
     its own with ``messages // workers`` of the workload and ``max_executors // workers`` slots, at
     least one (the same totals as one worker where they divide evenly, as 4 slots and 2 workers do;
-    else a little less work and fewer slots). The figure spans the first worker's first batch to the last one's last
-    commit; its CPU is the workers' own (their programs' in ``children_cpu_seconds``).
+    else a little less work and fewer slots). The figure spans the first worker's first batch to the
+    last one's last commit; its CPU is the workers' own (their programs' in ``children_cpu_seconds``).
     """
     share, slots = messages // workers, max(1, max_executors // workers)
     topics = [prefill(bootstrap, share) for _ in range(workers)]
