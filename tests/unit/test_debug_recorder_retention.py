@@ -14,7 +14,7 @@ from pathlib import Path
 from knarr.config.models import DebugConfig
 from knarr.debug import recorder as recorder_module
 from knarr.debug.files import recorder_files
-from knarr.debug.recorder import FILE_MIN_EVENTS, FlightRecorder
+from knarr.debug.recorder import FILE_MIN_EVENTS, FlightRecorder, file_stamp
 
 
 def file_recorder(db_dir: Path, **settings) -> FlightRecorder:
@@ -40,6 +40,24 @@ def ids_by_file(db_dir: Path) -> dict[str, list[int]]:
 
 
 def test_a_busy_recorder_at_its_limit_drops_its_oldest_file_whole_and_keeps_the_newest_events(tmp_path):
+    keeps_the_newest_events_dropping_whole_files(tmp_path)
+
+
+def test_a_clock_that_stands_still_or_steps_back_between_files_loses_no_new_event(tmp_path, monkeypatch):
+    # Files are taken in name order: a new one named by a clock read earlier than the last one's
+    # sorted first, and retention then trimmed the current file as if it were the oldest.
+    readings = iter([1_764_149_405_999_999_000] * 3 + [1_764_149_405_999_999_000 - n * 10**9 for n in range(1, 100)])
+    monkeypatch.setattr(recorder_module.time, "time_ns", lambda: next(readings))
+    keeps_the_newest_events_dropping_whole_files(tmp_path)
+
+
+def test_a_file_name_tells_the_time_to_the_microsecond_and_sorts_as_the_times_do():
+    assert file_stamp(1_764_149_405_999_999) == "20251126T093005999999"
+    assert file_stamp(1_764_149_406_000_000) == "20251126T093006000000"
+    assert file_stamp(1_764_149_405_999_999) < file_stamp(1_764_149_406_000_000) < file_stamp(1_764_149_406_000_001)
+
+
+def keeps_the_newest_events_dropping_whole_files(tmp_path: Path) -> None:
     limit = 8_000  # a file then takes at most 2,000 events
     recorder = file_recorder(tmp_path, retention_max_events=limit)
     try:

@@ -69,6 +69,7 @@ class FlightRecorder:
         self._next_id = 1
         self._conn: sqlite3.Connection | None = None
         self._opened_at = 0.0
+        self._stamp_us = 0  # the time in the current file's name, in microseconds since the epoch
         self._file_events = 0  # events in the current database (the memory one, or the current file)
         self._share = -(-config.retention_max_events // FILE_PARTS)  # retention may drop this many too many
         self._file_cap = max(FILE_MIN_EVENTS, self._share)  # events a file takes before the next starts
@@ -239,8 +240,10 @@ class FlightRecorder:
             self.db_path = ""
         else:
             Path(db_dir).mkdir(parents=True, exist_ok=True)
-            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:].replace(".", "")
-            path = Path(db_dir) / f"{file_prefix(self.worker)}{stamp}.db"
+            # Retention and the readers take the files in name order: a new file must sort after the last one,
+            # even when the clock read the same microsecond or stepped back since.
+            self._stamp_us = max(time.time_ns() // 1000, self._stamp_us + 1)
+            path = Path(db_dir) / f"{file_prefix(self.worker)}{file_stamp(self._stamp_us)}.db"
             self._conn = sqlite3.connect(str(path), check_same_thread=False)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
@@ -394,6 +397,13 @@ class FlightRecorder:
 
 def file_prefix(worker: str) -> str:
     return f"knarr-recorder-{re.sub(r'[^A-Za-z0-9_.-]', '_', worker)}-"
+
+
+def file_stamp(unix_us: int) -> str:
+    """The time in a file's name, UTC to the microsecond (20260126T093005123456), from one clock reading:
+    the names sort in the order of the times."""
+    seconds, micros = divmod(unix_us, 1_000_000)
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds)) + f"{micros:06d}"
 
 
 def _trim(conn: sqlite3.Connection, excess: int) -> None:
