@@ -14,7 +14,7 @@ from pathlib import Path
 from knarr.config.models import DebugConfig
 from knarr.debug import recorder as recorder_module
 from knarr.debug.files import recorder_files
-from knarr.debug.recorder import FILE_MIN_EVENTS, FlightRecorder, file_stamp
+from knarr.debug.recorder import FILE_MIN_EVENTS, FlightRecorder, file_stamp, stamp_of
 
 
 def file_recorder(db_dir: Path, **settings) -> FlightRecorder:
@@ -55,6 +55,37 @@ def test_a_file_name_tells_the_time_to_the_microsecond_and_sorts_as_the_times_do
     assert file_stamp(1_764_149_405_999_999) == "20251126T093005999999"
     assert file_stamp(1_764_149_406_000_000) == "20251126T093006000000"
     assert file_stamp(1_764_149_405_999_999) < file_stamp(1_764_149_406_000_000) < file_stamp(1_764_149_406_000_001)
+
+
+def test_a_restart_after_the_clock_stepped_back_names_its_files_after_the_last_runs(tmp_path, monkeypatch):
+    # The last run's clock was an hour fast; it was set right before the worker started again. Named
+    # by the clock alone, the new run's files sorted before the last run's, and retention trimmed
+    # the new run's current file while the stale one stayed.
+    clock = [1_764_149_405_000_000_000 + 3_600 * 10**9]
+    monkeypatch.setattr(recorder_module.time, "time_ns", lambda: clock[0])
+    last_run = file_recorder(tmp_path, retention_max_events=8_000)
+    write(last_run, 1_500)
+    last_run._close()
+    stale = Path(last_run.db_path).name
+    clock[0] -= 3_600 * 10**9
+    recorder = file_recorder(tmp_path, retention_max_events=8_000)
+    try:
+        assert recorder_files(str(tmp_path), "w1")[-1] == Path(recorder.db_path), "the new run's file sorts last"
+        for _ in range(8):  # 12,000 events of the new run: past the limit
+            write(recorder, 1_500)
+        files = ids_by_file(tmp_path)
+        assert stale not in files, "the last run's file went first"
+        kept = sorted(i for ids in files.values() for i in ids)
+        assert kept == list(range(12_000 - len(kept) + 1, 12_001)), "the new run's newest events, none missing"
+    finally:
+        recorder._close()
+
+
+def test_a_file_name_gives_back_its_time_and_other_names_none():
+    assert stamp_of(Path("knarr-recorder-w1-20251126T093005999999.db")) == 1_764_149_405_999_999
+    assert stamp_of(Path("knarr-recorder-w-1-20251126T093006000000.db")) == 1_764_149_406_000_000
+    for name in ("knarr-recorder-w1-live.db", "knarr-recorder-w1-20251126T093005.db", "knarr-recorder-w1-2025x126T093005999999.db"):
+        assert stamp_of(Path(name)) == 0, name
 
 
 def keeps_the_newest_events_dropping_whole_files(tmp_path: Path) -> None:

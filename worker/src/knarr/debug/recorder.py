@@ -17,6 +17,7 @@ database in memory instead (no rotation, retention by count only).
 from __future__ import annotations
 
 import asyncio
+import calendar
 import contextlib
 import heapq
 import os
@@ -241,7 +242,9 @@ class FlightRecorder:
         else:
             Path(db_dir).mkdir(parents=True, exist_ok=True)
             # Retention and the readers take the files in name order: a new file must sort after the last one,
-            # even when the clock read the same microsecond or stepped back since.
+            # even when the clock read the same microsecond or stepped back since, a restart between them too.
+            if not self._stamp_us:
+                self._stamp_us = max((stamp_of(f) for f in recorder_files(db_dir, self.worker)), default=0)
             self._stamp_us = max(time.time_ns() // 1000, self._stamp_us + 1)
             path = Path(db_dir) / f"{file_prefix(self.worker)}{file_stamp(self._stamp_us)}.db"
             self._conn = sqlite3.connect(str(path), check_same_thread=False)
@@ -404,6 +407,18 @@ def file_stamp(unix_us: int) -> str:
     the names sort in the order of the times."""
     seconds, micros = divmod(unix_us, 1_000_000)
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds)) + f"{micros:06d}"
+
+
+def stamp_of(path: Path) -> int:
+    """The time in a recorder file's name (file_stamp's), in microseconds since the epoch; 0 if it has none."""
+    text = path.name.rsplit("-", 1)[-1].removesuffix(".db")
+    if len(text) != 21 or text[8] != "T" or not (text[:8] + text[9:]).isdigit():
+        return 0
+    try:
+        seconds = calendar.timegm(time.strptime(text[:15], "%Y%m%dT%H%M%S"))
+    except ValueError:
+        return 0
+    return seconds * 1_000_000 + int(text[15:])
 
 
 def _trim(conn: sqlite3.Connection, excess: int) -> None:
