@@ -71,12 +71,13 @@ def test_a_restart_after_the_clock_stepped_back_names_its_files_after_the_last_r
     recorder = file_recorder(tmp_path, retention_max_events=8_000)
     try:
         assert recorder_files(str(tmp_path), "w1")[-1] == Path(recorder.db_path), "the new run's file sorts last"
+        assert recorder._next_id == 1_501, "its ids go on from the last run's"
         for _ in range(8):  # 12,000 events of the new run: past the limit
             write(recorder, 1_500)
         files = ids_by_file(tmp_path)
         assert stale not in files, "the last run's file went first"
         kept = sorted(i for ids in files.values() for i in ids)
-        assert kept == list(range(12_000 - len(kept) + 1, 12_001)), "the new run's newest events, none missing"
+        assert kept == list(range(13_500 - len(kept) + 1, 13_501)), "the new run's newest events, none missing"
     finally:
         recorder._close()
 

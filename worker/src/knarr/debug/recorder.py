@@ -243,8 +243,12 @@ class FlightRecorder:
             Path(db_dir).mkdir(parents=True, exist_ok=True)
             # Retention and the readers take the files in name order: a new file must sort after the last one,
             # even when the clock read the same microsecond or stepped back since, a restart between them too.
-            if not self._stamp_us:
-                self._stamp_us = max((stamp_of(f) for f in recorder_files(db_dir, self.worker)), default=0)
+            # A new run's ids go on from the last run's too: the readers order a worker's events by id.
+            earlier = recorder_files(db_dir, self.worker) if not self._stamp_us else []
+            if earlier:
+                self._stamp_us = max(stamp_of(f) for f in earlier)
+                last_id, self._counts[str(earlier[-1])] = _last_id_and_count(earlier[-1])  # (retention counts it)
+                self._next_id = max(self._next_id, last_id + 1)
             self._stamp_us = max(time.time_ns() // 1000, self._stamp_us + 1)
             path = Path(db_dir) / f"{file_prefix(self.worker)}{file_stamp(self._stamp_us)}.db"
             self._conn = sqlite3.connect(str(path), check_same_thread=False)
@@ -419,6 +423,16 @@ def stamp_of(path: Path) -> int:
     except ValueError:
         return 0
     return seconds * 1_000_000 + int(text[15:])
+
+
+def _last_id_and_count(path: Path) -> tuple[int, int]:
+    """The newest event id in a recorder file and how many events it holds; 0s when it cannot be read."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            last, count = conn.execute("SELECT max(id), count(*) FROM events").fetchone()
+            return last or 0, count
+    except sqlite3.Error:
+        return 0, 0
 
 
 def _trim(conn: sqlite3.Connection, excess: int) -> None:
