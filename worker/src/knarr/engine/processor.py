@@ -376,9 +376,9 @@ class PartitionProcessor:
             if called.raised:
                 return self._hook_failed(run, result, f"on_task_complete raised {_exc_text(called.error)}")
             delivered = await self._deliver(called.value, "task", [g.message for g in run.groups], run.task.task_id)
-        events.emit("task_complete", self.recorder, partition=self.partition, offset=run.first_offset,
-                    **task_context(run.task),
-                    duration=round(time.monotonic() - started, 6), output_message_count=delivered)
+        events.emit("task_complete", self.recorder, lambda: {
+            "partition": self.partition, "offset": run.first_offset, **task_context(run.task),
+            "duration": round(time.monotonic() - started, 6), "output_message_count": delivered})
         return outcome
 
     def _hook_failed(self, run: Run, result: ExecutorResult, reason: str) -> Failed:
@@ -412,10 +412,10 @@ class PartitionProcessor:
         outcome = ("empty" if view.is_empty else "succeeded" if view.all_succeeded
                    else "failed" if view.succeeded == 0 else "partial")
         metrics.labelled(metrics.messages_completed, outcome).inc()
-        events.emit("message_complete", self.recorder, partition=self.partition, offset=group.offset,
-                    task_count=view.total, total=view.total,
-                    succeeded=view.succeeded, failed=view.failed, replaced=view.replaced,
-                    duration=round(time.monotonic() - started, 6), output_message_count=delivered)
+        events.emit("message_complete", self.recorder, lambda: {
+            "partition": self.partition, "offset": group.offset, "task_count": view.total, "total": view.total,
+            "succeeded": view.succeeded, "failed": view.failed, "replaced": view.replaced,
+            "duration": round(time.monotonic() - started, 6), "output_message_count": delivered})
         self._group_closed(group)
 
     def _group_closed(self, group: Group) -> None:
@@ -436,8 +436,9 @@ class PartitionProcessor:
                                                    list(window.messages)))
                 return
             delivered = await self._deliver(called.value, "window", window.messages)
-        events.emit("window_complete", self.recorder, partition=self.partition, window_id=window.id, task_count=window.tasks,
-                    duration=round(time.monotonic() - window.created_at, 6), output_message_count=delivered)
+        events.emit("window_complete", self.recorder, lambda: {
+            "partition": self.partition, "window_id": window.id, "task_count": window.tasks,
+            "duration": round(time.monotonic() - window.created_at, 6), "output_message_count": delivered})
 
     # --- outputs ---------------------------------------------------------------------------
     async def _deliver(self, collect: Any, stage: str, messages: list[SourceMessage],

@@ -3,8 +3,8 @@
 Two doors, one meaning:
 
 - :func:`emit` for the hook stages (``task_complete``, ``message_complete``, ``window_complete``):
-  a DEBUG log line (built only when DEBUG is on), ``knarr_flight_events_total``, and the flight
-  recorder when one is given.
+  ``knarr_flight_events_total``, a DEBUG log line when DEBUG is on, and the flight recorder when
+  one is given (the record is built only for those two).
 - The engine's other events (consumed, window_arranged, task_queued/started/finished/failed/
   replaced, delivered, dead_lettered, committed, assigned/revoked, backpressure_on/off) go
   straight to ``recorder.record(...)``, behind an ``if recorder is not None`` at the call site:
@@ -14,6 +14,7 @@ Two doors, one meaning:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from knarr.observability import logging as knarr_logging
@@ -25,13 +26,18 @@ _counters = {name: metrics.flight_events.labels(name) for name in ("task_complet
 _COLUMNS = ("partition", "offset", "task_id", "duration")
 
 
-def emit(event: str, recorder: Any = None, **fields: Any) -> None:
+def emit(event: str, recorder: Any, fields: Callable[[], dict[str, Any]]) -> None:
+    """Count ``event``; log it at DEBUG and record it when a recorder is given. ``fields`` builds its
+    record, and is called only then: with neither (the default) the count is all an event costs."""
     counter = _counters.get(event) or metrics.flight_events.labels(event)
     counter.inc()
-    if knarr_logging.debug_enabled:  # building the record costs more than the event itself
-        _log.debug(event, **fields)
+    if recorder is None and not knarr_logging.debug_enabled:
+        return
+    record = fields()
+    if knarr_logging.debug_enabled:
+        _log.debug(event, **record)
     if recorder is not None:
-        duration = fields.get("duration")
-        recorder.record(event, fields.get("partition"), fields.get("offset"), fields.get("task_id"), None,
+        duration = record.get("duration")
+        recorder.record(event, record.get("partition"), record.get("offset"), record.get("task_id"), None,
                         duration * 1000 if duration is not None else None,
-                        {k: v for k, v in fields.items() if k not in _COLUMNS})
+                        {k: v for k, v in record.items() if k not in _COLUMNS})
