@@ -72,6 +72,7 @@ def test_a_restart_after_the_clock_stepped_back_names_its_files_after_the_last_r
     try:
         assert recorder_files(str(tmp_path), "w1")[-1] == Path(recorder.db_path), "the new run's file sorts last"
         assert recorder._next_id == 1_501, "its ids go on from the last run's"
+        assert recorder.describe()["events"] == 0, "the overview counts this run's events"
         for _ in range(8):  # 12,000 events of the new run: past the limit
             write(recorder, 1_500)
         files = ids_by_file(tmp_path)

@@ -68,6 +68,7 @@ class FlightRecorder:
         self._flush_now = asyncio.Event()
         self._subscribers: set[asyncio.Queue] = set()
         self._next_id = 1
+        self._first_id = 1  # this run's first event id (a restart goes on from the last run's ids)
         self._conn: sqlite3.Connection | None = None
         self._opened_at = 0.0
         self._stamp_us = 0  # the time in the current file's name, in microseconds since the epoch
@@ -248,7 +249,7 @@ class FlightRecorder:
             if earlier:
                 self._stamp_us = max(stamp_of(f) for f in earlier)
                 last_id, self._counts[str(earlier[-1])] = _last_id_and_count(earlier[-1])  # (retention counts it)
-                self._next_id = max(self._next_id, last_id + 1)
+                self._next_id = self._first_id = max(self._next_id, last_id + 1)
             self._stamp_us = max(time.time_ns() // 1000, self._stamp_us + 1)
             path = Path(db_dir) / f"{file_prefix(self.worker)}{file_stamp(self._stamp_us)}.db"
             self._conn = sqlite3.connect(str(path), check_same_thread=False)
@@ -398,7 +399,7 @@ class FlightRecorder:
 
     # --- what the overview shows about the recorder ----------------------------------------------
     def describe(self) -> dict[str, Any]:
-        return {"events": self._next_id - 1, "stored": self.stored, "buffered": len(self._buffer),
+        return {"events": self._next_id - self._first_id, "stored": self.stored, "buffered": len(self._buffer),
                 "dropped": self.dropped, "db_path": self.db_path}
 
 
