@@ -196,10 +196,12 @@ async def measure_recorder_overhead(bootstrap: str | None = None, messages: int 
     say("recorder overhead: pre-filling topics ...")
     filled = [prefill(bootstrap, messages) for _ in range(2 * rounds)]
     result = RecorderOverhead(messages)
-    with tempfile.TemporaryDirectory(prefix="knarr-bench-recorder-") as db_dir:
-        for i, (topic, ends) in enumerate(filled):
-            recorder = i % 4 in (1, 2)  # off on, on off, off on, ...: a steady drift hits both sides alike
-            say(f"recorder overhead: run {i + 1} of {len(filled)}, recorder {'on' if recorder else 'off'} ...")
+    for i, (topic, ends) in enumerate(filled):
+        recorder = i % 4 in (1, 2)  # off on, on off, off on, ...: a steady drift hits both sides alike
+        say(f"recorder overhead: run {i + 1} of {len(filled)}, recorder {'on' if recorder else 'off'} ...")
+        # A fresh directory per run: in a shared one, each run's retention also dropped earlier runs' files
+        # (the runs' events pass retention_max_events from the third on), a cost no single worker pays.
+        with tempfile.TemporaryDirectory(prefix="knarr-bench-recorder-") as db_dir:
             result.runs.append(await _run(bootstrap, topic, ends, max_executors, recorder, db_dir))
     result.record_us, result.write_us = event_costs()
     return result
