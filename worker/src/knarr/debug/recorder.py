@@ -247,8 +247,9 @@ class FlightRecorder:
             # A new run's ids go on from the last run's too: the readers order a worker's events by id.
             earlier = recorder_files(db_dir, self.worker) if not self._stamp_us else []
             if earlier:
-                self._stamp_us = max(stamp_of(f) for f in earlier)
-                last_id, self._counts[str(earlier[-1])] = _last_id_and_count(earlier[-1])  # (retention counts it)
+                newest = max(earlier, key=stamp_of)
+                self._stamp_us = stamp_of(newest)
+                last_id, self._counts[str(newest)] = _last_id_and_count(newest)  # (retention counts it)
                 self._next_id = self._first_id = max(self._next_id, last_id + 1)
             self._stamp_us = max(time.time_ns() // 1000, self._stamp_us + 1)
             path = Path(db_dir) / f"{file_prefix(self.worker)}{file_stamp(self._stamp_us)}.db"
