@@ -91,7 +91,6 @@ class SinkManager:
         for sink_type, name in self.sinks:
             self._names.setdefault(sink_type, []).append(name)
         self._resolved: dict[tuple[str, str], tuple[str, str]] = {}
-        self._sink_metrics: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self.dlq = dlq
         self.handler = handler
         self.max_retries = max_retries
@@ -201,10 +200,9 @@ class SinkManager:
                         log.warning("sink delivery retries exhausted; dead-lettering", sink=sink.name, attempts=attempt)
                     await self.dead_letter(error)
                     return
-                deliveries, delivered, duration = self._metrics(labels)
-                deliveries.inc()
-                delivered.inc(len(payloads))
-                duration.observe(time.monotonic() - started)
+                metrics.labelled(metrics.sink_deliveries, *labels).inc()
+                metrics.labelled(metrics.sink_payloads, *labels).inc(len(payloads))
+                metrics.labelled(metrics.sink_duration, *labels).observe(time.monotonic() - started)
                 if self.recorder is not None:
                     self.recorder.record("delivered", origin.partition, origin.offsets[0] if origin.offsets else None,
                                          origin.task_id, None, (time.monotonic() - started) * 1000, {
@@ -214,15 +212,6 @@ class SinkManager:
         finally:
             if outage:  # this delivery waited for its sink
                 self._settled_wait(sink, origin.partition)
-
-    def _metrics(self, labels: tuple[str, str]) -> tuple[Any, Any, Any]:
-        """A sink's deliveries, payloads and duration metrics (labels: its name and type), looked up once."""
-        found = self._sink_metrics.get(labels)
-        if found is None:
-            found = self._sink_metrics[labels] = (metrics.labelled(metrics.sink_deliveries, *labels),
-                                                  metrics.labelled(metrics.sink_payloads, *labels),
-                                                  metrics.labelled(metrics.sink_duration, *labels))
-        return found
 
     async def _wait_for(self, sink: Sink, exc: TransientSinkError, outage: int, partition: int | None) -> None:
         """A sink that is down: wait (backoff, or the server's Retry-After) before trying the same batch again.
