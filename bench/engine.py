@@ -9,27 +9,30 @@ message, default settings:
   - the worker's CPU per task, children excluded (d below)                  target <= 150 us
   - the event loop's lag p99 under that full load (the worker's own probe, every 10 ms)
                                                                              target <= 5 ms
-  - persistent mode on the same workload (bench/persistent.py), when that bench is present
+  - persistent mode on the same workload (bench/persistent.py), when that bench is present; and
+    once more held to spawn mode's rate (each task waits in its program): what the event loop's
+    bookkeeping costs per task at that pace, without a single spawn
   - the flight recorder's cost: throughput with debug off and on, alternating (bench/recorder.py)
                                                                              target <= 5 %
 
 Then the details:
 
   (a) raw spawn rate: ``knarr.engine.processes.run_process`` called directly — the engine's own
-      spawn path (output capture, own session, reaping) — on /bin/true, with max_executors
+      spawn path (output capture, own session, reaping) — on /bin/echo, with max_executors
       concurrent spawns, through the native runner when it is built (executor.spawner: auto).
       This is the ceiling: nothing can run tasks faster through that path.
       For reference, the same through ``asyncio.create_subprocess_exec`` (stdout/stderr pipes,
       start_new_session, pidfd child watcher) is printed too, and the same spawns from C
       (bench/spawn_floor.c, when a C compiler is at hand): the parent's CPU per spawn there is
       the floor for (d) in any language.
-  (b) end-to-end engine throughput on a pre-filled topic: Kafka in -> one /bin/true task per
+  (b) end-to-end engine throughput on a pre-filled topic: Kafka in -> one /bin/echo task per
       message -> one Kafka output per message -> offsets committed. The Worker runs in this
       process; the clock runs from the first consumed batch to the commit of the last offset.
   (c) b / a
   (d) worker CPU per task, children excluded: getrusage(RUSAGE_SELF) (every thread of this
       process: event loop, spawner, consumer, producer, librdkafka) over the same interval / tasks.
-      The local broker's CPU per task over the same interval is printed beside it (not in d).
+      The local broker's CPU per task over the same interval is printed beside it (not in d), and
+      the tasks' own processes' (getrusage(RUSAGE_CHILDREN): the runner reaps them in this process).
   Where the native runner is built, (a) and (b) run once more through the spawner thread
   (executor.spawner: thread), for the difference in the same run.
 
@@ -62,7 +65,9 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))  # for persistent.py and recorder.p
 
 import knarr  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
+from knarr.config.models import ExecutorConfig  # noqa: E402
 from knarr.engine import event_loop, native  # noqa: E402
+from knarr.engine.environment import task_environment  # noqa: E402
 from knarr.engine.processes import run_process  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.loop_lag import LoopLagProbe  # noqa: E402
@@ -71,6 +76,10 @@ from knarr.sources.kafka import KafkaSource  # noqa: E402
 from tests.services.kafka import create_topic, end_offsets, ensure_kafka, produce_json, unique_name  # noqa: E402
 
 BINARY = "/bin/echo"
+# What the engine gives each task by default (executor.env_inherit of this process's variables), and so
+# what (a) and the C floor give theirs too: all three start the same process. It matters: with LANG set
+# to a UTF-8 locale, /bin/echo loads that locale, 120-240 us more of its CPU here than with PATH alone.
+TASK_ENV = task_environment(ExecutorConfig().env_inherit, os.environ, {})
 PARTITIONS = 4
 TARGET_FLOOR_RATIO = 0.9
 TARGET_CPU_US = 150.0
@@ -81,6 +90,12 @@ LAG_PROBE_SECONDS = 0.01
 def cpu_self() -> float:
     """CPU seconds (user + system) of this process, all threads, children excluded."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_children() -> float:
+    """CPU seconds of this process's children reaped so far (in spawn mode: the tasks' processes)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
@@ -115,7 +130,7 @@ class Figure:
     cpu_seconds: float
     loop_cpu_seconds: float = 0.0  # the event loop thread's share of cpu_seconds
     kafka_cpu_seconds: float = 0.0  # librdkafka's threads' share of cpu_seconds
-    children_cpu_seconds: float = 0.0  # the spawned processes' CPU (the C floor's children)
+    children_cpu_seconds: float = 0.0  # the processes the tasks ran in: spawned ones (reaped), or the programs
     broker_cpu_seconds: float | None = None  # the local broker's CPU over the same interval
     lag_samples: list[float] | None = None  # the event loop's lag, probed every LAG_PROBE_SECONDS
 
@@ -147,7 +162,7 @@ async def spawn_rate(count: int, concurrency: int, runner: native.NativeRunner |
         nonlocal remaining
         while remaining > 0:
             remaining -= 1
-            outcome = await run_process([BINARY], stdin=None, env=None, timeout=30, runner=runner)
+            outcome = await run_process([BINARY], stdin=None, env=TASK_ENV, timeout=30, runner=runner)
             assert outcome.exit_code == 0, outcome
 
     await asyncio.gather(*(lane() for _ in range(concurrency)))  # warm-up: imports, first forks
@@ -178,7 +193,7 @@ async def asyncio_spawn_rate(count: int, concurrency: int) -> Figure:
             remaining -= 1
             proc = await asyncio.create_subprocess_exec(
                 BINARY, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True, env=TASK_ENV,
             )
             await proc.communicate()
             assert proc.returncode == 0
@@ -188,23 +203,24 @@ async def asyncio_spawn_rate(count: int, concurrency: int) -> Figure:
     return Figure(count, time.perf_counter() - started, cpu_self() - cpu)
 
 
-def spawn_floor_c(binary: str, count: int, concurrency: int) -> tuple[float, float, float] | None:
-    """``binary`` spawned ``count`` times from C (bench/spawn_floor.c), ``concurrency`` at a time: the parent's CPU
-    per spawn in microseconds, spawns per second and the children's CPU per spawn; None without a C compiler."""
+def spawn_floor_c(binary: str, count: int, concurrency: int, env: dict[str, str]) -> tuple[float, float, float] | None:
+    """``binary`` spawned ``count`` times from C (bench/spawn_floor.c), ``concurrency`` at a time, each child with
+    the environment ``env``: the parent's CPU per spawn in microseconds, spawns per second and the children's CPU per
+    spawn; None without a C compiler."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "spawn_floor"
         subprocess.run([compiler, "-O2", "-o", str(exe), str(REPO_ROOT / "bench" / "spawn_floor.c")], check=True)
-        out = subprocess.run([str(exe), binary, str(count), str(concurrency)], check=True,
+        out = subprocess.run([str(exe), binary, str(count), str(concurrency)], check=True, env=env,
                              capture_output=True, text=True).stdout.split()
     return float(out[0]), float(out[1]), float(out[2])
 
 
 def c_spawn_floor(count: int, concurrency: int) -> Figure | None:
     """The same spawns from C (bench/spawn_floor.c): what spawning costs a parent in any language."""
-    measured = spawn_floor_c(BINARY, count, concurrency)
+    measured = spawn_floor_c(BINARY, count, concurrency, TASK_ENV)
     if measured is None:
         return None
     cpu_us, rate, children_us = measured
@@ -241,9 +257,9 @@ class TimedSource:
         self.ends = ends
         self.committed: dict[int, int] = {}
         self.first_at: float | None = None
-        self.first_cpu = self.first_loop_cpu = self.first_kafka_cpu = 0.0
+        self.first_cpu = self.first_loop_cpu = self.first_kafka_cpu = self.first_children_cpu = 0.0
         self.done_at: float | None = None
-        self.done_cpu = self.done_loop_cpu = self.done_kafka_cpu = 0.0
+        self.done_cpu = self.done_loop_cpu = self.done_kafka_cpu = self.done_children_cpu = 0.0
         self.first_broker = self.done_broker = None
         self.first_lag = self.done_lag = 0
         self.worker: Worker | None = None
@@ -256,7 +272,7 @@ class TimedSource:
         messages, done = await self.inner.poll(max_records, commits)
         if messages and self.first_at is None:
             self.first_at, self.first_cpu, self.first_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
-            self.first_kafka_cpu = cpu_librdkafka()
+            self.first_kafka_cpu, self.first_children_cpu = cpu_librdkafka(), cpu_children()
             self.first_broker = broker_cpu_seconds()
             self.first_lag = self._lag_count()
         self._committed(done)
@@ -271,7 +287,7 @@ class TimedSource:
         self.committed.update(done)
         if self.done_at is None and all(self.committed.get(p, 0) >= end for p, end in self.ends.items()):
             self.done_at, self.done_cpu, self.done_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
-            self.done_kafka_cpu = cpu_librdkafka()
+            self.done_kafka_cpu, self.done_children_cpu = cpu_librdkafka(), cpu_children()
             self.done_broker = broker_cpu_seconds()
             self.done_lag = self._lag_count()
             if self.worker is not None:
@@ -349,7 +365,8 @@ async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_execu
         broker = source.done_broker - source.first_broker
     figure = Figure(tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
                     source.done_loop_cpu - source.first_loop_cpu, source.done_kafka_cpu - source.first_kafka_cpu,
-                    broker_cpu_seconds=broker, lag_samples=source.lag_samples())
+                    source.done_children_cpu - source.first_children_cpu, broker_cpu_seconds=broker,
+                    lag_samples=source.lag_samples())
     return figure, worker
 
 
@@ -368,9 +385,26 @@ async def persistent_row(bootstrap: str, messages: int, max_executors: int) -> F
     return figure
 
 
+async def paced_row(bootstrap: str, messages: int, max_executors: int, rate: float,
+                    full_speed: float) -> Figure | None:
+    """Persistent mode held to about ``rate`` tasks/s (spawn mode's; ``full_speed`` is its own): each
+    task first waits in its program, sleeping, for what each slot's turn takes at ``rate`` beyond
+    what it takes at full speed. No process is spawned, so the event loop's CPU per task here is
+    what the same bookkeeping costs at that pace: an event loop that sleeps between tasks wakes to
+    cold caches, and pays for it on every task."""
+    try:
+        import persistent
+    except ImportError:
+        return None
+    wait = max(0.0, max_executors / rate - max_executors / full_speed)
+    figure, _programs_cpu = await persistent.run_mode(bootstrap, "persistent", messages, max_executors,
+                                                      delay_us=wait * 1e6)
+    return figure
+
+
 def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor: Figure | None, b: Figure,
            b_unpaused: Figure | None, kept: Figure | None, messages: int, a_thread: Figure | None = None,
-           b_thread: Figure | None = None) -> None:
+           b_thread: Figure | None = None, paced: Figure | None = None) -> None:
     a = max(spawns, key=lambda f: f.rate)  # the machine is shared: the better of two runs is the ceiling
     print(f"\nengine bench: {os.cpu_count()} cores, max_executors={args.max_executors}, binary={BINARY}, "
           f"{messages} messages on {PARTITIONS} partitions, python {sys.version.split()[0]}, "
@@ -399,6 +433,12 @@ def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor:
         print(f"  {'    persistent / spawn mode':58}{kept.rate / b.rate:>13.1f}x")
         print(f"  {'    worker CPU per task, persistent mode':58}{kept.cpu_us:>10.0f} us")
         persistent_ceiling(kept, b)
+        if paced is not None and paced.loop_cpu_seconds and kept.loop_cpu_seconds:
+            print(f"  {'    persistent mode paced to spawn mode (tasks wait, asleep)':58}{paced.rate:>10.0f} /s")
+            print(f"  {'    its event loop CPU per task, against at full speed':58}"
+                  f"{paced.loop_cpu_seconds / paced.count * 1e6:>10.0f} us  "
+                  f"({kept.loop_cpu_seconds / kept.count * 1e6:.0f} us; spawn mode's: "
+                  f"{b.loop_cpu_seconds / b.count * 1e6:.0f} us)")
     else:
         why = "(skipped: --skip-persistent)" if args.skip_persistent else "(bench/persistent.py not present)"
         print(f"  {'persistent mode':58}{why:>14}")
@@ -436,6 +476,8 @@ def ceiling(floor: Figure | None, b: Figure) -> None:
     The C floor spawns with nothing else running; in spawn mode every task also costs the
     worker's CPU and the local broker's. With all cores busy, tasks/s can be at most
     cores / (child + worker + broker CPU per task): the floor ratio cannot pass that share.
+    The child is the C floor's at first; then as it cost in (b), where the same binary shares
+    the cores with the worker and the broker (and costs more for it, on a small machine).
     """
     if floor is None or not floor.children_cpu_seconds or b.broker_cpu_seconds is None:
         return
@@ -446,6 +488,14 @@ def ceiling(floor: Figure | None, b: Figure) -> None:
     print(f"  {'    the C floor: CPU per spawn, parent + child':58}{spawn_us:>10.0f} us  "
           f"(busy cores: {floor.rate * spawn_us / 1e6:.2f} of {cores})")
     print_ceilings("child", child_us, b.cpu_us, broker_us, floor.rate, "{:.2f} x the floor")
+    if b.children_cpu_seconds:
+        in_b = b.children_cpu_seconds / b.count * 1e6
+        print(f"  {'    a task process in (b): its CPU (from C: the child above)':58}{in_b:>10.0f} us  "
+              f"({child_us:.0f} us)")
+        best = [cores * 1e6 / (in_b + worker + broker_us) for worker in (b.cpu_us, 0.0)]
+        print(f"  {'    the two ceilings, each child costing what it did in (b)':58}{best[0]:>10.0f} /s  "
+              f"= {best[0] / floor.rate:.2f} x the floor; a worker costing nothing: {best[1]:.0f} /s "
+              f"= {best[1] / floor.rate:.2f} x")
     loop_ceiling(b, floor.rate, "{:.2f} x the floor")
 
 
@@ -554,11 +604,14 @@ async def main() -> int:
     print("floor: the same spawns from C, again ...", file=sys.stderr)
     floors.append(c_spawn_floor(args.spawns, args.max_executors))
     floor = max((f for f in floors if f is not None), key=lambda f: f.rate, default=None)  # the better of two
-    kept = None
+    kept = paced = None
     if not args.skip_persistent:
         print("    persistent mode, same workload ...", file=sys.stderr)
         kept = await persistent_row(bootstrap, args.messages, args.max_executors)
-    report(args, spawns, a_ref, floor, b, b_unpaused, kept, args.messages, a_thread, b_thread)
+        if kept is not None:
+            print("    persistent mode paced to spawn mode's rate ...", file=sys.stderr)
+            paced = await paced_row(bootstrap, max(1, args.messages // 2), args.max_executors, b.rate, kept.rate)
+    report(args, spawns, a_ref, floor, b, b_unpaused, kept, args.messages, a_thread, b_thread, paced)
 
     if args.recorder_messages:
         print("flight recorder off and on, alternating (bench/recorder.py) ...", file=sys.stderr)

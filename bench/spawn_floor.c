@@ -1,6 +1,8 @@
 /* The floor for spawning from any language on this machine: posix_spawn (vfork + exec)
  * of a binary in a new session, 4 children at a time, reaped with wait(); prints the
  * parent's CPU per spawn, the rate and the children's CPU per spawn (microseconds).
+ * The children get this program's environment: run it with the one the spawns it stands beside
+ * give their tasks (a LANG with a UTF-8 locale, for one, costs /bin/echo its locale's loading).
  * bench/engine.py compiles and runs it for reference.
  *
  *   cc -O2 -o spawn_floor spawn_floor.c && ./spawn_floor /bin/true 5000 4
@@ -13,6 +15,8 @@
 #include <sys/wait.h>
 #include <time.h>
 
+extern char **environ;
+
 static double seconds(struct timeval tv) { return tv.tv_sec + tv.tv_usec / 1e6; }
 
 int main(int argc, char **argv) {
@@ -23,7 +27,6 @@ int main(int argc, char **argv) {
     char *binary = argv[1];
     int count = atoi(argv[2]), concurrency = atoi(argv[3]);
     char *child_argv[] = {binary, NULL};
-    char *child_env[] = {"PATH=/usr/bin:/bin", NULL};
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
@@ -35,7 +38,7 @@ int main(int argc, char **argv) {
     int running = 0;
     for (int i = 0; i < count; i++) {
         pid_t pid;
-        if (posix_spawn(&pid, binary, NULL, &attr, child_argv, child_env) != 0) {
+        if (posix_spawn(&pid, binary, NULL, &attr, child_argv, environ) != 0) {
             perror("posix_spawn");
             return 1;
         }

@@ -50,6 +50,7 @@ from knarr.observability.loop_lag import LoopLagProbe
 from engine import cpu_self, spawn_floor_c, stat_cpu_seconds  # bench/engine.py: make bench's clocks and C floor
 
 BINARY = "/bin/true"
+ENV = {"PATH": "/usr/bin:/bin"}  # every option's children get this environment, the C floor's included
 CAP = 8 * 1024 * 1024
 _DEVNULL = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
 
@@ -72,7 +73,7 @@ class Row:
 def _spawn_os(argv: list[str]) -> tuple[int, CapturedStream, CapturedStream]:
     out, err = CapturedStream("knarr-stdout", CAP), CapturedStream("knarr-stderr", CAP)
     actions = (_DEVNULL, (os.POSIX_SPAWN_DUP2, out.fd, 1), (os.POSIX_SPAWN_DUP2, err.fd, 2))
-    pid = os.posix_spawnp(argv[0], argv, {"PATH": "/usr/bin:/bin"}, file_actions=actions, setsid=True)
+    pid = os.posix_spawnp(argv[0], argv, ENV, file_actions=actions, setsid=True)
     return pid, out, err
 
 
@@ -143,10 +144,9 @@ async def thread_os(count: int, concurrency: int) -> Row:
 
 
 async def thread_ctypes(count: int, concurrency: int) -> Row:
-    env = {"PATH": "/usr/bin:/bin"}
 
     async def one() -> int:
-        outcome = await run_process([BINARY], stdin=None, env=env, timeout=30)
+        outcome = await run_process([BINARY], stdin=None, env=ENV, timeout=30)
         return outcome.exit_code
 
     return await _timed("thread-ctypes: knarr's spawner thread (run_process)", count, concurrency, one)
@@ -220,7 +220,7 @@ async def helper_process(count: int, concurrency: int) -> Row:
         out, err = CapturedStream("knarr-stdout", CAP), CapturedStream("knarr-stderr", CAP)
         try:
             future = waiting[ident] = loop.create_future()
-            socket.send_fds(mine, [pickle.dumps((ident, [BINARY], {"PATH": "/usr/bin:/bin"}))], [out.fd, err.fd])
+            socket.send_fds(mine, [pickle.dumps((ident, [BINARY], ENV))], [out.fd, err.fd])
             pid, status = await future
             out.read(), err.read()
         finally:
@@ -243,17 +243,16 @@ async def native_runner(count: int, concurrency: int) -> Row | None:
     except native.NativeRunnerMissing as exc:
         print(f"native: skipped ({exc})", file=sys.stderr)
         return None
-    env = {"PATH": "/usr/bin:/bin"}
 
     async def one() -> int:
-        outcome = await run_process([BINARY], stdin=None, env=env, timeout=30, runner=runner)
+        outcome = await run_process([BINARY], stdin=None, env=ENV, timeout=30, runner=runner)
         return outcome.exit_code
 
     return await _timed("native: knarr's native runner (run_process)", count, concurrency, one)
 
 
 def c_floor(count: int, concurrency: int) -> Row | None:
-    measured = spawn_floor_c(BINARY, count, concurrency)
+    measured = spawn_floor_c(BINARY, count, concurrency, ENV)
     if measured is None:
         return None
     cpu_us, rate, _children_us = measured
