@@ -476,8 +476,8 @@ def ceiling(floor: Figure | None, b: Figure) -> None:
     The C floor spawns with nothing else running; in spawn mode every task also costs the
     worker's CPU and the local broker's. With all cores busy, tasks/s can be at most
     cores / (child + worker + broker CPU per task): the floor ratio cannot pass that share.
-    The child is the C floor's at first; then as it cost in (b), where the same binary shares
-    the cores with the worker and the broker (and costs more for it, on a small machine).
+    The child is the C floor's at first; then as it cost in (b), where the same binary, with the
+    same environment, shares the cores with the worker and the broker.
     """
     if floor is None or not floor.children_cpu_seconds or b.broker_cpu_seconds is None:
         return
