@@ -375,30 +375,15 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-async def persistent_row(bootstrap: str, messages: int, max_executors: int) -> Figure | None:
-    """Persistent mode on the same workload, through bench/persistent.py; None where that bench is absent."""
+async def persistent_row(bootstrap: str, messages: int, max_executors: int, delay_us: float = 0.0) -> Figure | None:
+    """Persistent mode on the same workload, through bench/persistent.py; None where that bench is absent.
+    ``delay_us``: each task first sleeps that long in its program (bench/echo_task.py --delay-us)."""
     try:
         import persistent
     except ImportError:
         return None
-    figure, _programs_cpu = await persistent.run_mode(bootstrap, "persistent", messages, max_executors)
-    return figure
-
-
-async def paced_row(bootstrap: str, messages: int, max_executors: int, rate: float,
-                    full_speed: float) -> Figure | None:
-    """Persistent mode held to about ``rate`` tasks/s (spawn mode's; ``full_speed`` is its own): each
-    task first waits in its program, sleeping, for what each slot's turn takes at ``rate`` beyond
-    what it takes at full speed. No process is spawned, so the event loop's CPU per task here is
-    what the same bookkeeping costs at that pace: an event loop that sleeps between tasks wakes to
-    cold caches, and pays for it on every task."""
-    try:
-        import persistent
-    except ImportError:
-        return None
-    wait = max(0.0, max_executors / rate - max_executors / full_speed)
     figure, _programs_cpu = await persistent.run_mode(bootstrap, "persistent", messages, max_executors,
-                                                      delay_us=wait * 1e6)
+                                                      delay_us=delay_us)
     return figure
 
 
@@ -492,10 +477,7 @@ def ceiling(floor: Figure | None, b: Figure) -> None:
         in_b = b.children_cpu_seconds / b.count * 1e6
         print(f"  {'    a task process in (b): its CPU (from C: the child above)':58}{in_b:>10.0f} us  "
               f"({child_us:.0f} us)")
-        best = [cores * 1e6 / (in_b + worker + broker_us) for worker in (b.cpu_us, 0.0)]
-        print(f"  {'    the two ceilings, each child costing what it did in (b)':58}{best[0]:>10.0f} /s  "
-              f"= {best[0] / floor.rate:.2f} x the floor; a worker costing nothing: {best[1]:.0f} /s "
-              f"= {best[1] / floor.rate:.2f} x")
+        print_ceilings("child in (b)", in_b, b.cpu_us, broker_us, floor.rate, "{:.2f} x the floor")
     loop_ceiling(b, floor.rate, "{:.2f} x the floor")
 
 
@@ -609,8 +591,13 @@ async def main() -> int:
         print("    persistent mode, same workload ...", file=sys.stderr)
         kept = await persistent_row(bootstrap, args.messages, args.max_executors)
         if kept is not None:
+            # Held to spawn mode's rate: each task sleeps in its program for what a slot's turn takes at
+            # that rate beyond what it takes at full speed. No process is spawned, so the event loop's CPU
+            # per task is what the same bookkeeping costs at that pace (a loop that sleeps between tasks
+            # wakes to cold caches, and pays for it on every task).
             print("    persistent mode paced to spawn mode's rate ...", file=sys.stderr)
-            paced = await paced_row(bootstrap, max(1, args.messages // 2), args.max_executors, b.rate, kept.rate)
+            wait = max(0.0, args.max_executors / b.rate - args.max_executors / kept.rate)
+            paced = await persistent_row(bootstrap, max(1, args.messages // 2), args.max_executors, wait * 1e6)
     report(args, spawns, a_ref, floor, b, b_unpaused, kept, args.messages, a_thread, b_thread, paced)
 
     if args.recorder_messages:

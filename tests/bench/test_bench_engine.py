@@ -30,7 +30,7 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
                 "ceiling, a worker costing nothing: cores / (program + broker)", "of (d), librdkafka",
                 "ceiling, one event loop: 1 / its CPU per task",
                 "the same with executor.spawner: thread", "the same through the spawner thread",
-                "a task process in (b): its CPU", "the two ceilings, each child costing what it did in (b)",
+                "a task process in (b): its CPU", "ceiling, a worker costing nothing: cores / (child in (b) + broker)",
                 "persistent mode paced to spawn mode", "its event loop CPU per task, against at full speed"):
         assert row in table, f"{row!r} missing from:\n{table}"
     assert table.count("ceiling, one event loop") == 2, table  # spawn mode's and persistent mode's
