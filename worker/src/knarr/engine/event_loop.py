@@ -4,9 +4,9 @@ Everything the worker does per task passes through the loop — the spawner's re
 task's pidfd, its deadline timer, the sinks' deliveries — and asyncio's own loop is Python
 code: each callback, timer and reader registration costs a few microseconds of it. uvloop
 does the same in compiled code over libuv; on the W1 benchmark it takes 11–15 % off the
-worker's CPU per task and runs 7–17 % more persistent-mode tasks per second (README,
-Performance). ``event_loop: asyncio`` in the config is the way back, should a library a
-handler uses not work on uvloop. One thing is slower on uvloop: a hook that starts processes
+worker's CPU per task and runs 7–17 % more persistent-mode tasks per second
+(docs/performance.md). ``event_loop: asyncio`` in the config is the way back, should a
+library a handler uses not work on uvloop. One thing is slower on uvloop: a hook that starts processes
 itself through ``asyncio.create_subprocess_exec`` (441 a second here, against 1,103 on
 asyncio's loop). Tasks never take that path (spawner.py); work that does belongs in tasks.
 

@@ -7,7 +7,7 @@ all of that in C: the loop submits argv, environment and descriptors in one call
 event per ended task, in batches, through a single eventfd that stays registered with the loop.
 The thread also makes the tasks' stdout/stderr memfds ahead (a few pairs at a time) and closes
 them once the loop has read them, so the loop makes no system call for them but the reads.
-bench/spawners.py measured the difference (README, Performance).
+bench/spawners.py measured the difference (docs/performance.md).
 
 It is built into the wheel when a C compiler is there at install time (worker/hatch_build.py).
 ``executor.spawner`` chooses: ``auto`` (the default) uses it when it is built and falls back to
