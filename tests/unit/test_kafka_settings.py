@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from knarr.config.librdkafka import check_consumer_settings
 from knarr.config.models import KafkaConfig
 from knarr.kafka import settings
 from knarr_operator.lag import lag_from_offsets
@@ -58,6 +61,36 @@ def test_the_source_consumer_stores_and_commits_offsets_only_by_the_watermark():
     assert consumer["enable.auto.commit"] is False
     assert consumer["enable.auto.offset.store"] is False
     assert consumer["client.id"] == "w1"
+
+
+def test_the_source_consumer_fetches_ahead_only_what_the_worker_can_use():
+    consumer = settings.source_consumer(KafkaConfig(), "w1")
+    assert consumer["queued.min.messages"] == 2_000  # librdkafka's own: 100,000 a partition
+    assert consumer["queued.max.messages.kbytes"] == 16 * 1024  # 64 MiB
+    assert consumer["fetch.message.max.bytes"] == 64 * 1024  # 1 MiB of each partition a fetch
+    assert consumer["fetch.max.bytes"] == 2 * 1024 * 1024  # 50 MiB a fetch
+    assert consumer["fetch.queue.backoff.ms"] == 20  # 1 s
+
+
+def test_a_poll_batch_bigger_than_the_read_ahead_raises_it():
+    assert settings.source_consumer(KafkaConfig(max_poll_records=5_000), "w1")["queued.min.messages"] == 5_000
+
+
+def test_kafka_extra_overrides_the_read_ahead():
+    extra = {"queued.min.messages": 50_000, "queued.max.messages.kbytes": 65_536, "fetch.message.max.bytes": 1_048_576,
+             "fetch.max.bytes": 52_428_800, "fetch.queue.backoff.ms": 500}
+    consumer = settings.source_consumer(KafkaConfig(extra=extra), "w1")
+    assert {key: consumer[key] for key in extra} == extra
+
+
+def test_a_bigger_message_max_bytes_raises_the_fetch_size_with_it():
+    consumer = settings.source_consumer(KafkaConfig(extra={"message.max.bytes": 5_000_000}), "w1")
+    assert consumer["fetch.max.bytes"] == 5_000_000  # librdkafka wants fetch.max.bytes >= message.max.bytes
+
+
+@pytest.mark.parametrize("extra", [{}, {"message.max.bytes": 5_000_000}, {"queued.max.messages.kbytes": 1024}])
+def test_librdkafka_accepts_the_read_ahead_settings(extra):
+    check_consumer_settings(settings.source_consumer(KafkaConfig(extra=extra), "w1"), 100)
 
 
 def test_lag_counts_a_partition_without_a_commit_from_its_earliest_offset():

@@ -1,20 +1,30 @@
-"""Backpressure on the real broker: a partition flooded by fan-out is paused alone, the others flow.
+"""Flow on the real broker: a partition flooded by fan-out is paused alone, the others flow; a
+backlog is worked on every partition at once.
 
 The worker holds (takes no messages) when its load reaches the high watermark. A partition
 whose own load is beyond what polling alone could bring — here one message fanning out to
 hundreds of tasks — is paused at the Kafka client and left out of the hold, so messages on
 the other partitions are still consumed and run beside the flood.
+
+Behind a backlog the client's fetches decide the order: the worker takes messages in the order
+they were fetched, so a fetch that brings a lot of one partition holds every other one back
+until it has been worked through (knarr.kafka.settings).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from prometheus_client import REGISTRY
 
+import knarr
 from knarr.engine.worker import Worker
+from knarr.kafka.clients import close_producer, open_producer
 
 from tests.programs.handlers import TaggedHandler
-from tests.services.kafka import consume_all, produce_json
+from tests.services.kafka import committed_offsets, consume_all, produce_json
 from tests.worker.harness import kafka_config, running, topics, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -60,3 +70,49 @@ async def test_a_partition_flooded_by_fan_out_does_not_hold_back_the_others(kafk
                          "the drained partition to be resumed")
         await wait_until(lambda: REGISTRY.get_sample_value("knarr_backpressure_active") == 0, 10,
                          "backpressure to switch off")
+
+
+BACKLOG_PARTITIONS = 8
+BACKLOG_PER_PARTITION = 15_000  # some 20 bytes each on the log: about 300 KB a partition
+BACKLOG_LOOK = 30_000  # committed messages after which every partition must be under way
+
+
+class NoTasks(knarr.BaseHandler):
+    """Every message completes at once, without a task: the client's fetches are all that paces it."""
+
+    async def arrange(self, messages, pending):
+        return []
+
+
+def fill_backlog(bootstrap: str, topic: str) -> None:
+    """Each partition's messages in small producer batches, as many producers over time would write them."""
+    producer = open_producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 200})
+    try:
+        for partition in range(BACKLOG_PARTITIONS):
+            for i in range(BACKLOG_PER_PARTITION):
+                while True:
+                    try:
+                        producer.produce(topic, json.dumps({"i": i}).encode(), partition=partition)
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+        assert producer.flush(60) == 0, "the broker did not take the backlog"
+    finally:
+        close_producer(producer, 10)
+
+
+async def test_a_backlog_is_worked_on_every_partition_at_once_not_one_after_another(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    # With librdkafka's own fetch sizes (1 MiB of each partition) this backlog comes in whole
+    # partitions, one after another in the client's queue: after 30,000 messages three of the eight
+    # had been touched. knarr fetches 64 KiB of each partition at a time.
+    src, _ = topics(kafka_bootstrap, partitions=BACKLOG_PARTITIONS)
+    fill_backlog(kafka_bootstrap, src)
+    config = kafka_config(kafka_bootstrap, src, tmp_path=tmp_path)
+    async with running(Worker(config, NoTasks())):
+        committed = await wait_until(
+            lambda: (c := committed_offsets(kafka_bootstrap, config.kafka.consumer_group, src))
+            and sum(c.values()) >= BACKLOG_LOOK and c,
+            60, f"{BACKLOG_LOOK} messages committed")
+    untouched = sorted(set(range(BACKLOG_PARTITIONS)) - {p for p, offset in committed.items() if offset > 0})
+    assert not untouched, f"partitions {untouched} had not been started after {sum(committed.values())} messages: {committed}"

@@ -23,6 +23,23 @@ CONNECTION_PREFIXES = (
 
 Settings = dict[str, Any]
 
+# How much the source consumer's client fetches ahead of the worker. The worker's own queue holds
+# what its pool can use (backpressure); the client only needs enough to hide a fetch's round trip.
+# librdkafka's defaults suit a consumer that drains fast: it keeps fetching until a partition has
+# 100,000 messages queued (64 MiB in all), and one fetch brings up to 1 MiB of every partition
+# (50 MiB a request). A worker that started behind a backlog of small messages on 16 partitions
+# grew from 66 to 190 MiB with them (each queued message costs librdkafka about 300 bytes besides
+# its payload), and worked through one partition at a time while the others waited for the first
+# fetch's messages to drain. With these it stayed near 66 MiB and moved on every partition, at the
+# same pace (bench/backlog.py). With so short a queue a partition must not wait long to fetch
+# again once it has drained: librdkafka's 1 s back-off left persistent mode's pool idle.
+# Each can be raised in kafka.extra.
+PREFETCH_MESSAGES_PER_PARTITION = 2_000  # queued.min.messages (or max_poll_records, if more)
+PREFETCH_KBYTES = 16 * 1024  # queued.max.messages.kbytes
+FETCH_PARTITION_BYTES = 64 * 1024  # fetch.message.max.bytes; a bigger message still comes whole
+FETCH_REQUEST_BYTES = 2 * 1024 * 1024  # fetch.max.bytes (at least message.max.bytes)
+FETCH_QUEUE_BACKOFF_MS = 20  # fetch.queue.backoff.ms: how soon a partition whose queue was full fetches again
+
 
 def connection(brokers: str, extra: Mapping[str, Any] | None = None) -> Settings:
     """What every client of this cluster needs: the bootstrap servers and the connection properties of `extra`."""
@@ -45,8 +62,21 @@ def source_consumer(kafka: KafkaConfig, client_id: str) -> Settings:
         "session.timeout.ms": kafka.session_timeout_ms,
         "heartbeat.interval.ms": kafka.heartbeat_interval_ms,
         "enable.partition.eof": False,
+        "queued.min.messages": max(PREFETCH_MESSAGES_PER_PARTITION, kafka.max_poll_records),
+        "queued.max.messages.kbytes": PREFETCH_KBYTES,
+        "fetch.message.max.bytes": FETCH_PARTITION_BYTES,
+        "fetch.max.bytes": max(FETCH_REQUEST_BYTES, _whole(kafka.extra.get("message.max.bytes"))),
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
         **kafka.extra,
     }
+
+
+def _whole(value: Any) -> int:
+    """An integer property from kafka.extra, or 0 when absent or not a number (librdkafka judges it)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
 
 
 def range_reader(kafka: KafkaConfig) -> Settings:
