@@ -163,6 +163,13 @@ kind-up: images
 kind-down:
 	operator/scripts/kind.sh down
 
+.PHONY: bench-backlog
+
+# A worker started behind a backlog, knarr's Kafka read-ahead against librdkafka's defaults: RSS, msgs/s, partitions moved
+bench-backlog: setup
+	hack/kafka/kafka.sh up
+	$(UV) run python bench/backlog.py $(BENCH_ARGS)
+
 .PHONY: bench-recorder
 
 # The flight recorder's cost: engine throughput with debug off and on, alternating, in one run (local Kafka)
