@@ -50,7 +50,9 @@ class KafkaConfig(Section):
     extra: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
         description="Extra librdkafka consumer properties (e.g. security.protocol, sasl.*), passed through as given; the connection ones (security.*, sasl.*, ssl.*, socket.*, …) "
-        "also reach every producer, Spark reader and the operator's lag reader. Properties that would undo knarr's commits or group handling (enable.auto.commit, group.protocol, ...) are refused.",
+        "also reach every producer, Spark reader and the operator's lag reader. Applied last, over knarr's own consumer settings, its small read-ahead among them "
+        "(queued.min.messages, queued.max.messages.kbytes, fetch.message.max.bytes, fetch.max.bytes, fetch.queue.backoff.ms). "
+        "Properties that would undo knarr's commits or group handling (enable.auto.commit, group.protocol, ...) are refused.",
     )
 
     @field_validator("extra")
