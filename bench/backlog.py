@@ -4,9 +4,9 @@ with librdkafka's defaults, side by side in one run.
 The workload: N small JSON messages (default 800,000) on P partitions (default 16) of a fresh
 topic, all of them there before the worker starts, as after an outage. ``knarr run`` (the real
 CLI, a process of its own, with 4 executors) consumes it, one ``/bin/true`` task per message, so
-the backlog outlasts the window. Sampled every 0.25 s for ``--seconds`` (default 20): the
-worker's RSS (``VmRSS``: peak, and at the end of the window); then it is stopped with SIGTERM and
-the messages it committed are counted.
+the backlog outlasts the window. After ``--seconds`` (default 20) the worker's RSS is read (its
+peak, ``VmHWM``, and ``VmRSS`` now); then it is stopped with SIGTERM and the messages it committed
+are counted.
 
 Each setting runs ``--rounds`` times (default 2), alternating, each on a topic of its own:
 - **knarr**: the source consumer as knarr sets it up (``knarr.kafka.settings``);
@@ -37,9 +37,8 @@ sys.path.insert(0, str(BENCH.parent))
 
 from knarr.config.models import KafkaConfig  # noqa: E402
 from knarr.kafka import settings  # noqa: E402
-from knarr.kafka.clients import close_producer, open_producer  # noqa: E402
-
-from tests.services.kafka import committed_offsets, create_topic, ensure_kafka, unique_name  # noqa: E402
+from tests.services.kafka import committed_offsets, create_topic, ensure_kafka, produce_values, unique_name  # noqa: E402
+from tests.worker.procs import status_kb  # noqa: E402
 
 LIBRDKAFKA_DEFAULTS = {"queued.min.messages": 100_000, "queued.max.messages.kbytes": 65_536,
                        "fetch.message.max.bytes": 1_048_576, "fetch.max.bytes": 52_428_800,
@@ -64,7 +63,6 @@ class Run:
     seconds: float
     partitions_moved: int  # partitions with anything committed
 
-
     @property
     def rate(self) -> float:
         return self.committed / self.seconds
@@ -73,32 +71,9 @@ class Run:
 def fill(bootstrap: str, topic: str, partitions: int, messages: int) -> None:
     """``messages`` small JSON records, round-robin over the partitions."""
     create_topic(bootstrap, topic, partitions)
-    producer = open_producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10_000,
-                              "queue.buffering.max.messages": 1_000_000})
-    try:
-        for i in range(messages):
-            record = json.dumps({"i": i, "text": f"message {i}"}).encode()
-            while True:
-                try:
-                    producer.produce(topic, record, partition=i % partitions)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-        if producer.flush(60):
-            raise RuntimeError(f"could not fill {topic}: the broker did not take every message in 60 s")
-    finally:
-        close_producer(producer, 10)
-
-
-def rss_mib(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
+    produce_values(bootstrap, topic, ((i % partitions, json.dumps({"i": i, "text": f"message {i}"}).encode())
+                                      for i in range(messages)),
+                   {"linger.ms": 50, "batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000})
 
 
 def one_run(bootstrap: str, setting: str, partitions: int, messages: int, seconds: float, workdir: Path) -> Run:
@@ -117,15 +92,17 @@ def one_run(bootstrap: str, setting: str, partitions: int, messages: int, second
     knarr = Path(sys.executable).parent / "knarr"
     worker = subprocess.Popen([str(knarr), "run", "--config", str(config_path), "--handler", "handler:OneTaskEach",
                                "--no-progress"], cwd=workdir)
-    peak = end = 0.0
     started = time.monotonic()
     try:
-        while time.monotonic() - started < seconds:
-            time.sleep(0.25)
-            now = rss_mib(worker.pid)
-            if worker.poll() is not None or now is None:
-                raise RuntimeError(f"the worker exited early (code {worker.wait()}); its log is above")
-            peak, end = max(peak, now), now
+        try:
+            code = worker.wait(seconds)
+        except subprocess.TimeoutExpired:
+            pass  # still working, as it should be
+        else:
+            raise RuntimeError(f"the worker exited early (code {code}); its log is above")
+        peak, end = status_kb(worker.pid, "VmHWM"), status_kb(worker.pid, "VmRSS")
+        if peak is None or end is None:
+            raise RuntimeError(f"the worker was gone at the end of the window (code {worker.wait()}); its log is above")
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
@@ -135,7 +112,8 @@ def one_run(bootstrap: str, setting: str, partitions: int, messages: int, second
             worker.wait()
     elapsed = time.monotonic() - started  # what it committed while draining counts too
     committed = committed_offsets(bootstrap, topic, topic)
-    return Run(setting, peak, end, sum(committed.values()), elapsed, sum(1 for offset in committed.values() if offset > 0))
+    return Run(setting, peak / 1024, end / 1024, sum(committed.values()), elapsed,
+               sum(1 for offset in committed.values() if offset > 0))
 
 
 def report(runs: list[Run], partitions: int, messages: int, seconds: float) -> None:

@@ -47,6 +47,7 @@ from engine import stat_cpu_seconds  # noqa: E402
 from rows import (ENGINES, ROWS, Figure, Limits, Row, Topics, WrongOutput, check_outputs, drakkar_config,  # noqa: E402
                   figure, handler_spec, knarr_config, message)
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
+from tests.worker.procs import status_kb  # noqa: E402
 
 PARTITIONS = 4
 WARMUP = -1  # the warm-up message's number: its output says the worker is consuming
@@ -67,10 +68,10 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 def peak_rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise RunFailed(f"no VmHWM in /proc/{pid}/status")
+    peak_kb = status_kb(pid, "VmHWM")
+    if peak_kb is None:
+        raise RunFailed(f"no VmHWM in /proc/{pid}/status")
+    return peak_kb * 1024
 
 
 @dataclass

@@ -281,6 +281,27 @@ def produce_json(
     return [results[i] for i in range(count)]
 
 
+def produce_values(bootstrap: str, topic: str, values: Iterable[tuple[int, bytes]], producer_settings: dict[str, Any],
+                   timeout: float = 60) -> None:
+    """Produce ``(partition, value)`` pairs as fast as the client takes them, without delivery reports
+    (for backlogs of many messages); ``producer_settings`` shape the batches. Raises if the broker
+    has not taken them all within ``timeout`` after the last one."""
+    producer = open_producer({"bootstrap.servers": bootstrap, **producer_settings})
+    try:
+        for partition, value in values:
+            while True:
+                try:
+                    producer.produce(topic, value, partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.1)  # local queue full: let it drain, retry
+        remaining = producer.flush(timeout)
+        if remaining:
+            raise TimeoutError(f"{remaining} records to {topic!r} not delivered within {timeout}s")
+    finally:
+        close_producer(producer, 10)
+
+
 # --------------------------------------------------------------------- consume
 
 

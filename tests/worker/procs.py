@@ -39,6 +39,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def status_kb(pid: int, field: str) -> int | None:
+    """A kB field of /proc/<pid>/status (VmRSS, VmHWM, ...), None once the process is gone (or has no such field)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail with ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
@@ -173,14 +184,8 @@ class WorkerProcess:
         return out
 
     def rss_kb(self, field: str = "VmRSS") -> int | None:
-        """Resident set size from /proc/<pid>/status (VmRSS; VmHWM for the peak so far), None once the process is gone."""
-        try:
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith(f"{field}:"):
-                    return int(line.split()[1])
-        except (FileNotFoundError, ProcessLookupError):
-            return None
-        return None
+        """Resident set size (VmRSS; VmHWM for the peak so far), None once the process is gone."""
+        return status_kb(self.pid, field)
 
     # --- faults and shutdown ---------------------------------------------------------------
     def kill(self) -> None:

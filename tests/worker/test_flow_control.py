@@ -21,10 +21,9 @@ from prometheus_client import REGISTRY
 
 import knarr
 from knarr.engine.worker import Worker
-from knarr.kafka.clients import close_producer, open_producer
 
 from tests.programs.handlers import TaggedHandler
-from tests.services.kafka import committed_offsets, consume_all, produce_json
+from tests.services.kafka import committed_offsets, consume_all, produce_json, produce_values
 from tests.worker.harness import kafka_config, running, topics, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -86,19 +85,9 @@ class NoTasks(knarr.BaseHandler):
 
 def fill_backlog(bootstrap: str, topic: str) -> None:
     """Each partition's messages in small producer batches, as many producers over time would write them."""
-    producer = open_producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 200})
-    try:
-        for partition in range(BACKLOG_PARTITIONS):
-            for i in range(BACKLOG_PER_PARTITION):
-                while True:
-                    try:
-                        producer.produce(topic, json.dumps({"i": i}).encode(), partition=partition)
-                        break
-                    except BufferError:
-                        producer.poll(0.1)
-        assert producer.flush(60) == 0, "the broker did not take the backlog"
-    finally:
-        close_producer(producer, 10)
+    produce_values(bootstrap, topic, ((partition, json.dumps({"i": i}).encode())
+                                      for partition in range(BACKLOG_PARTITIONS) for i in range(BACKLOG_PER_PARTITION)),
+                   {"linger.ms": 5, "batch.num.messages": 200})
 
 
 async def test_a_backlog_is_worked_on_every_partition_at_once_not_one_after_another(
