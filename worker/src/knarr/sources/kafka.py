@@ -4,6 +4,16 @@ Every consumer call (poll, commit, pause) runs on that one thread, so the consum
 never used concurrently. Rebalance callbacks run there too, inside consume(): assignment
 hands new partitions to the event loop; revocation waits (bounded) for the event loop to
 drain those partitions and commits their final offsets *before* the partitions move on.
+
+Commits: what became committable is sent with the next poll, asynchronously, one commit in
+flight at a time; the broker's answer comes back through ``on_commit`` inside a later
+consume(), and only then are the offsets acknowledged to the engine (a failed commit is
+simply sent again, with the same or a higher offset, at a later poll). Consumption therefore
+never waits for the group coordinator's round trip. The other commits are synchronous:
+a partition's revocation and the final commit must be done before the worker moves on, and
+while the worker holds (backpressure) no poll runs to serve an answer, so the hold commits
+what finished every 50 ms itself. An answer to an asynchronous commit that a synchronous one
+has overtaken is not handed back: acknowledged offsets only move forward.
 """
 
 from __future__ import annotations
@@ -48,6 +58,8 @@ class KafkaSource:
         self._paused_applied: set[int] = set()
         self._lag_at = 0.0
         self._committed: dict[int, int] = {}
+        self._commit_in_flight = False  # consumer thread: an asynchronous commit awaits its answer
+        self._acknowledged: dict[int, int] = {}  # consumer thread: answered commits not yet handed over
         self.high_watermarks: dict[int, int] = {}  # per partition, as of the last lag refresh
 
     @property
@@ -63,7 +75,7 @@ class KafkaSource:
     def _start_sync(self) -> None:
         client_log = ClientLog("consumer")
         client_log.quiet = True  # until the brokers answer: a failure is reported in one line
-        self._consumer = open_consumer(self._conf, client_log)
+        self._consumer = open_consumer({**self._conf, "on_commit": self._commit_answered}, client_log)
         try:
             self._consumer.list_topics(timeout=self._startup_timeout)
         except KafkaException as exc:
@@ -103,9 +115,9 @@ class KafkaSource:
     def _poll_sync(self, max_records: int, commits: dict[int, int]) -> tuple[list[SourceMessage], dict[int, int]]:
         consumer = self._consumer
         assert consumer is not None
-        done = self._commit_sync(commits) if commits else {}
+        self._commit_async(commits)
         self._apply_pause()
-        raw = consumer.consume(max_records, POLL_TIMEOUT_SECONDS)
+        raw = consumer.consume(max_records, POLL_TIMEOUT_SECONDS)  # serves on_commit too
         messages = []
         for m in raw:
             err = m.error()
@@ -123,7 +135,44 @@ class KafkaSource:
             )
         if time.monotonic() - self._lag_at > LAG_REFRESH_SECONDS:
             self._refresh_lag()
+        done, self._acknowledged = self._acknowledged, {}
         return messages, done
+
+    def _commit_async(self, commits: dict[int, int]) -> None:
+        """Send ``commits`` unless a commit is still awaiting its answer (then a later poll sends
+        them, or higher offsets, once it has come)."""
+        if not commits or self._commit_in_flight:
+            return
+        assert self._consumer is not None
+        offsets = [TopicPartition(self.topic, p, o) for p, o in commits.items()]
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as exc:
+            log.warning("offset commit failed; will retry", offsets=commits, error=str(exc))
+            return
+        self._commit_in_flight = True
+
+    def _commit_answered(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """on_commit, called inside consume() when the group coordinator has answered an
+        asynchronous commit (this source makes no other kind that reports here)."""
+        self._commit_in_flight = False
+        if err is not None:
+            log.warning("offset commit failed; will retry", error=str(err))
+            return
+        done = {}
+        for tp in partitions:
+            if tp.topic != self.topic:
+                continue
+            if tp.error is None:
+                done[tp.partition] = tp.offset
+            else:
+                log.warning("offset commit failed for partition", partition=tp.partition, error=str(tp.error))
+        # An answer to a commit older than one confirmed since (a synchronous one, sent after it)
+        # adds nothing: what is handed back only ever moves forward.
+        fresh = {p: o for p, o in done.items() if o > self._committed.get(p, -1)}
+        self._took(fresh)
+        for p, o in fresh.items():
+            self._acknowledged[p] = max(o, self._acknowledged.get(p, o))
 
     def _commit_sync(self, commits: dict[int, int]) -> dict[int, int]:
         assert self._consumer is not None
@@ -141,11 +190,15 @@ class KafkaSource:
                 done[tp.partition] = tp.offset
             else:
                 log.warning("offset commit failed for partition", partition=tp.partition, error=str(tp.error))
-        for p, o in done.items():
-            self._committed[p] = o
-            metrics.offsets_committed.labels(str(p)).inc()
-            metrics.committed_offset.labels(str(p)).set(o)
+        self._took(done)
         return done
+
+    def _took(self, done: dict[int, int]) -> None:
+        """The broker took these commits: count them and keep the newest offset per partition."""
+        for p, o in done.items():
+            self._committed[p] = max(o, self._committed.get(p, o))
+            metrics.offsets_committed.labels(str(p)).inc()
+            metrics.committed_offset.labels(str(p)).set(self._committed[p])
 
     def _apply_pause(self) -> None:
         consumer = self._consumer
