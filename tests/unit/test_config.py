@@ -26,7 +26,7 @@ def test_defaults_follow_the_configuration_reference(config_file):
     assert cfg.executor.max_executors == 4
     assert cfg.executor.window_size == 100
     assert cfg.executor.backpressure_high == 128
-    assert cfg.executor.backpressure_low == 16
+    assert cfg.executor.backpressure_low == 64
     assert cfg.metrics.port == 9090
     assert cfg.dlq_topic == "input-events_dlq"
 

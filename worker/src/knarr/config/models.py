@@ -118,7 +118,7 @@ class ExecutorConfig(Section):
     max_per_partition: int | None = Field(None, ge=1, le=MAX_EXECUTORS, description="Most pool slots one partition may hold at once (unset: no cap), so a hot partition cannot starve the others.")
     drain_timeout_seconds: float = Field(30, gt=0, le=3_600, description="Longest wait for in-flight work on shutdown or revoke; on timeout the final commit is skipped (replay instead of loss).")
     backpressure_high_multiplier: int = Field(32, ge=1, le=1_000_000, description="Pause consumption when queued + in-flight messages reach max_executors x this.")
-    backpressure_low_multiplier: int = Field(4, ge=1, le=1_000_000, description="Resume when they fall to max(1, max_executors x this).")
+    backpressure_low_multiplier: int = Field(16, ge=1, le=1_000_000, description="Resume when they fall to max(1, max_executors x this). Half the high watermark by default, so the next poll lands while the pool still has work queued (a resume at 4 per slot left fast tasks idle for a poll's round trip).")
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables added to every subprocess (tasks may add their own).")
     max_tasks_per_window: int = Field(10_000, ge=1, le=1_000_000, description="Most tasks one arrange() call may return; a larger result is refused and the window dead-lettered instead of buffered.")
     on_retries_exhausted: Literal["dlq", "discard"] = Field("dlq", description="A task whose on_error asked for RETRY and that has no attempt left: dead-letter its source messages (dlq) or count it as failed only (discard).")
