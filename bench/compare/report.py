@@ -9,6 +9,16 @@ from pathlib import Path
 
 from rows import ROWS, Figure
 
+from knarr.config.models import ExecutorConfig
+
+DRAKKAR_BACKPRESSURE = "32/4"  # Drakkar 2.4.0's high/low multipliers
+
+
+def _knarr_backpressure() -> str:
+    fields = ExecutorConfig.model_fields
+    return f"{fields['backpressure_high_multiplier'].default}/{fields['backpressure_low_multiplier'].default}"
+
+
 ENGINE_NAMES = {"knarr": "knarr", "drakkar": "Drakkar 2.4.0"}
 COLUMNS = ("workload", "engine", "msgs/s", "tasks/s", "CPU/task", "peak RSS", "p50 latency", "p99 latency", "load")
 
@@ -120,7 +130,8 @@ def render(figures: list[Figure], machine: Machine, args, seconds: float, python
         f"max_executors {args.limits.max_executors}, window_size {args.limits.window_size}, max_poll_records "
         f"{args.limits.max_poll_records}, backpressure high/low multipliers "
         f"{args.limits.backpressure_high_multiplier}/{args.limits.backpressure_low_multiplier}. Defaults: each "
-        "engine's own (both 4 executors, window 100, backpressure 32/4). Metrics servers and Drakkar's debug "
+        f"engine's own (both 4 executors, window 100; backpressure multipliers {_knarr_backpressure()} in knarr, "
+        f"{DRAKKAR_BACKPRESSURE} in Drakkar). Metrics servers and Drakkar's debug "
         "UI off in every row; every run's output checked complete and correct.",
         "",
         f"Machine: {machine.cores} cores, {machine.model}, {machine.memory}, Linux {machine.kernel}; "

@@ -9,6 +9,8 @@ this session's private one, SIGSTOPped to hold an answer back.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -33,6 +35,20 @@ async def _started(bootstrap: str, topic: str) -> tuple[KafkaSource, str]:
 
     await source.start(assigned, revoked)
     return source, config.kafka.consumer_group
+
+
+@asynccontextmanager
+async def _caught_up(bootstrap: str, name: str, count: int) -> AsyncIterator[tuple[KafkaSource, str, str]]:
+    """A source that has consumed all ``count`` messages of a new one-partition topic: (source, group, topic)."""
+    topic = unique_name(name)
+    create_topic(bootstrap, topic, partitions=1)
+    produce_json(bootstrap, topic, [{"i": i} for i in range(count)])
+    source, group = await _started(bootstrap, topic)
+    try:
+        await _consume(source, count)
+        yield source, group, topic
+    finally:
+        await source.close()
 
 
 async def _poll(source: KafkaSource, commits: dict[int, int]) -> tuple[list, dict[int, int]]:
@@ -63,13 +79,7 @@ async def test_polls_go_on_while_the_coordinator_does_not_answer_and_offsets_cou
     private_kafka: PrivateBroker,
 ) -> None:
     bootstrap = private_kafka.bootstrap
-    topic = unique_name("commits")
-    create_topic(bootstrap, topic, partitions=1)
-    produce_json(bootstrap, topic, [{"i": i} for i in range(10)])
-    source, group = await _started(bootstrap, topic)
-    try:
-        await _consume(source, 10)
-
+    async with _caught_up(bootstrap, "commits", 10) as (source, group, topic):
         private_kafka.pause()
         try:
             _, done = await _poll(source, {0: 5})  # sent; the stopped broker cannot answer
@@ -85,35 +95,21 @@ async def test_polls_go_on_while_the_coordinator_does_not_answer_and_offsets_cou
         assert await _acknowledged(source, {0: 8}) == {0: 8}
         assert committed_offsets(bootstrap, group, topic) == {0: 8}
         assert source.committed_offsets == {0: 8}
-    finally:
-        await source.close()
 
 
 async def test_a_commit_made_now_is_confirmed_before_it_returns(private_kafka: PrivateBroker) -> None:
     """The final commit, a revocation's and a hold's cannot wait for a later poll."""
     bootstrap = private_kafka.bootstrap
-    topic = unique_name("commit-now")
-    create_topic(bootstrap, topic, partitions=1)
-    produce_json(bootstrap, topic, [{"i": i} for i in range(4)])
-    source, group = await _started(bootstrap, topic)
-    try:
-        await _consume(source, 4)
+    async with _caught_up(bootstrap, "commit-now", 4) as (source, group, topic):
         assert await source.commit_now({0: 4}) == {0: 4}
         assert committed_offsets(bootstrap, group, topic) == {0: 4}
-    finally:
-        await source.close()
 
 
 async def test_the_answer_to_a_commit_overtaken_by_a_commit_made_now_is_not_handed_back(private_kafka: PrivateBroker) -> None:
     """A hold commits synchronously while an asynchronous commit may still await its answer:
     what the engine is told was committed never moves back."""
     bootstrap = private_kafka.bootstrap
-    topic = unique_name("overtaken")
-    create_topic(bootstrap, topic, partitions=1)
-    produce_json(bootstrap, topic, [{"i": i} for i in range(10)])
-    source, group = await _started(bootstrap, topic)
-    try:
-        await _consume(source, 10)
+    async with _caught_up(bootstrap, "overtaken", 10) as (source, group, topic):
         private_kafka.pause()
         try:
             _, done = await _poll(source, {0: 5})  # in flight until the broker runs again
@@ -127,5 +123,3 @@ async def test_the_answer_to_a_commit_overtaken_by_a_commit_made_now_is_not_hand
         assert await _acknowledged(source, {0: 9}) == {0: 9}
         assert committed_offsets(bootstrap, group, topic) == {0: 9}
         assert source.committed_offsets == {0: 9}
-    finally:
-        await source.close()
