@@ -159,20 +159,11 @@ class KafkaSource:
         if err is not None:
             log.warning("offset commit failed; will retry", error=str(err))
             return
-        done = {}
-        for tp in partitions:
-            if tp.topic != self.topic:
-                continue
-            if tp.error is None:
-                done[tp.partition] = tp.offset
-            else:
-                log.warning("offset commit failed for partition", partition=tp.partition, error=str(tp.error))
         # An answer to a commit older than one confirmed since (a synchronous one, sent after it)
         # adds nothing: what is handed back only ever moves forward.
-        fresh = {p: o for p, o in done.items() if o > self._committed.get(p, -1)}
+        fresh = {p: o for p, o in self._accepted(partitions).items() if o > self._committed.get(p, -1)}
         self._took(fresh)
-        for p, o in fresh.items():
-            self._acknowledged[p] = max(o, self._acknowledged.get(p, o))
+        self._acknowledged.update(fresh)  # fresh offsets only rise, so the newest is the highest
 
     def _commit_sync(self, commits: dict[int, int]) -> dict[int, int]:
         assert self._consumer is not None
@@ -184,13 +175,21 @@ class KafkaSource:
         except KafkaException as exc:
             log.warning("offset commit failed; will retry", offsets=commits, error=str(exc))
             return {}
+        done = self._accepted(result or [])
+        self._took(done)
+        return done
+
+    def _accepted(self, partitions: list[TopicPartition]) -> dict[int, int]:
+        """The offsets a commit's answer accepted, per partition of this source's topic; the
+        partitions it refused are logged (the next commit sends them again)."""
         done = {}
-        for tp in result or []:
+        for tp in partitions:
+            if tp.topic != self.topic:
+                continue
             if tp.error is None:
                 done[tp.partition] = tp.offset
             else:
                 log.warning("offset commit failed for partition", partition=tp.partition, error=str(tp.error))
-        self._took(done)
         return done
 
     def _took(self, done: dict[int, int]) -> None:
