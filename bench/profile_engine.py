@@ -10,7 +10,16 @@ pre-fill) count for the loop thread.
     uv run python bench/profile_engine.py [--messages 20000] [--top 20] [--mode spawn|persistent] [--native]
 
 With --native the C frames show too: what the Python-only profile files under the loop's
-``Runner.run`` (uvloop's callbacks, libc's write and getpid, the garbage collector).
+``Runner.run`` (uvloop's callbacks, libc's calls, the garbage collector).
+
+Read it for the shares of Python functions, not for how much time goes to C or the kernel. On the
+development VM, perf's clock sampling of a persistent-mode run put the loop thread's time 72 % in
+the interpreter, 14 % in the kernel, 6 % in libc and 2 % in uvloop. py-spy filed 68 % of its
+samples under ``Runner.run`` (without --native), or 9 % under ``getpid`` (with it), though each
+``getpid`` takes 0.1 us and a task makes three. With --native, py-spy stops the thread through
+ptrace for each sample, and the stop lands at the return of the next system call far more often
+than the time spent in that call warrants. For the C and kernel side, sample the run with
+``perf record -e cpu-clock``.
 """
 
 from __future__ import annotations
