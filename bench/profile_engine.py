@@ -13,8 +13,8 @@ With --native the C frames show too: what the Python-only profile files under th
 ``Runner.run`` (uvloop's callbacks, libc's calls, the garbage collector).
 
 Read it for the shares of Python functions, not for how much time goes to C or the kernel. On the
-development VM, perf's clock sampling of a persistent-mode run put the loop thread's time 72 % in
-the interpreter, 14 % in the kernel, 6 % in libc and 2 % in uvloop. py-spy filed 68 % of its
+development VM, perf's clock sampling of a persistent-mode run put the loop thread's time 79 % in
+the interpreter, 9 % in the kernel, 5 % in libc and 2.5 % in uvloop. py-spy filed 68 % of its
 samples under ``Runner.run`` (without --native), or 9 % under ``getpid`` (with it), though each
 ``getpid`` takes 0.1 us and a task makes three. With --native, py-spy stops the thread through
 ptrace for each sample, and the stop lands at the return of the next system call far more often
