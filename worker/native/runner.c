@@ -14,12 +14,21 @@
  * leader exits, its group is swept with SIGKILL (the unreaped leader keeps the group's id
  * from being reused) and the leader is reaped.
  *
- * Every submitted task yields exactly one event: {id, pid, status}, status being the wait
- * status, or -errno when the spawn failed (-ECANCELED: killed before it started).
+ * Slots. The loop's scheduler grants each task a slot (one of max_executors) or, when none is
+ * free, a place in the runner's held queue. A task with a slot starts at once; a held one starts
+ * when a running task ends and passes it its slot, here on the thread, without a round trip
+ * through the loop (or when the loop passes one over, kr_pass). While tasks are held the loop
+ * need not hurry for ended ones, so its wake-up waits for `batch` of them, a millisecond at most.
+ *
+ * Every submitted task yields exactly one event: {id, pid, status, started_ns, slot}, status
+ * being the wait status, or -errno when the spawn failed (-ECANCELED: killed before it started;
+ * -ETIME: it expired while held), and slot what became of its slot (SLOT_*), which the loop's
+ * scheduler mirrors.
  *
  * Locks: `jobs` covers the running list, each spawn from the clone until the process is
- * listed, each reap, and kills; `queue` covers submitted tasks not started yet, the events,
- * the fresh memfd pairs and the discarded descriptors. Whoever takes both takes `jobs` first.
+ * listed, each reap (and the start of the held task it passes its slot to), and kills; `queue`
+ * covers submitted tasks not started yet (held or not), the events, the fresh memfd pairs and
+ * the discarded descriptors. Whoever takes both takes `jobs` first.
  * Holding `jobs` (kr_pause) therefore means no task process exists that is not listed:
  * containment's sweep of detached orphans (containment.py) relies on it to leave the runner's
  * processes alone.
@@ -44,15 +53,24 @@
 
 extern char **environ;
 
-#define KR_ABI 3 /* bump when a signature or kr_event_t changes: native.py checks it */
+#define KR_ABI 4 /* bump when a signature or kr_event_t changes: native.py checks it */
+#define HOLD_WAKE_MS 1 /* the longest the thread holds back the loop's wake-up while it has held tasks to start */
 #define FRESH_PAIRS 8    /* stdout/stderr memfd pairs the thread keeps made, ready for the next tasks */
 #define DISCARD_WAKE 64  /* this many discarded descriptors wake the thread to close them */
 
 typedef struct {
     int64_t id;
-    int32_t pid;    /* 0 when it never started */
-    int32_t status; /* wait status, or -errno */
+    int32_t pid;        /* 0 when it never started */
+    int32_t status;     /* wait status, or -errno */
+    int64_t started_ns; /* CLOCK_MONOTONIC when it was spawned, 0 when it never was */
+    int32_t slot;       /* SLOT_FREED, SLOT_PASSED or SLOT_NONE */
+    int32_t unused;
 } kr_event_t;
+
+/* kr_event_t.slot: what became of the slot the task had (native.py reads the same numbers). */
+#define SLOT_FREED 0  /* free again */
+#define SLOT_PASSED 1 /* taken by the next held task */
+#define SLOT_NONE 2   /* it had none: it left the held queue unstarted (kr_kill) */
 
 typedef struct job {
     int64_t id;
@@ -61,6 +79,8 @@ typedef struct job {
     char *const *envp; /* NULL: the worker's own environment */
     int in, out, err;  /* in < 0: /dev/null */
     int cancelled;
+    int64_t expires_ns; /* held tasks: CLOCK_REALTIME after which they are dropped unstarted (0: never) */
+    int64_t started_ns;
     pid_t pid;
     int pidfd;
     struct job *next, *prev;
@@ -70,6 +90,8 @@ typedef struct {
     pthread_mutex_t jobs, queue;
     pthread_cond_t reaped;
     job_t *queued_head, *queued_tail, *running;
+    job_t *held_head, *held_tail; /* under `queue`: tasks waiting for a running task's slot */
+    int batch;                    /* ended tasks the loop's wake-up may wait for while tasks are held */
     kr_event_t *events;
     size_t n_events, cap_events;
     int signalled;
@@ -92,7 +114,7 @@ static const char DEV_NULL[] = "/dev/null";
 int kr_abi(void) { return KR_ABI; }
 
 /* --- events (under `queue`) ------------------------------------------------------------- */
-static void post(runner_t *r, int64_t id, pid_t pid, int status) {
+static void post(runner_t *r, const job_t *job, pid_t pid, int status, int slot) {
     pthread_mutex_lock(&r->queue);
     if (r->n_events == r->cap_events) {
         size_t cap = r->cap_events ? r->cap_events * 2 : 256;
@@ -106,17 +128,26 @@ static void post(runner_t *r, int64_t id, pid_t pid, int status) {
         r->events = grown;
         r->cap_events = cap;
     }
-    r->events[r->n_events++] = (kr_event_t){id, (int32_t)pid, status};
+    r->events[r->n_events++] = (kr_event_t){job->id, (int32_t)pid, status, job->started_ns, slot, 0};
     pthread_mutex_unlock(&r->queue);
 }
 
-static void notify(runner_t *r) {
+/* Wake the loop for the waiting events; returns 1 when it held the wake-up back instead. While
+ * tasks are held, every slot a task frees goes straight to the next one, so the loop need not
+ * hurry: it is woken once `batch` events wait (or HOLD_WAKE_MS has passed, or force). */
+static int notify(runner_t *r, int force) {
+    int held = 0;
     pthread_mutex_lock(&r->queue);
     if (r->n_events && !r->signalled) {
-        uint64_t one = 1;
-        if (write(r->done_fd, &one, sizeof one) == sizeof one) r->signalled = 1;
+        if (!force && r->held_head && (int)r->n_events < r->batch) {
+            held = 1;
+        } else {
+            uint64_t one = 1;
+            if (write(r->done_fd, &one, sizeof one) == sizeof one) r->signalled = 1;
+        }
     }
     pthread_mutex_unlock(&r->queue);
+    return held;
 }
 
 /* --- the runner's thread (spawn and reap under `jobs`) ----------------------------------- */
@@ -126,10 +157,10 @@ static void unlist(runner_t *r, job_t *job) {
     if (job->next) job->next->prev = job->prev;
 }
 
-/* The job's one event, when it will not run (or ran no further than its spawn): it is done with. */
-static void drop(runner_t *r, job_t *job, pid_t pid, int error) {
-    post(r, job->id, pid, -error);
-    free(job);
+static int64_t now_ns(clockid_t clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static void reap_now(pid_t pid, int *status) {
@@ -212,8 +243,11 @@ failed:
     _exit(127);
 }
 
-static void spawn(runner_t *r, job_t *job) {
+/* Spawn the job (under `jobs`): 0 when it runs (listed), else the errno of what failed, with
+ * *pid the child's when one was made (it has been killed and reaped). */
+static int spawn(runner_t *r, job_t *job, pid_t *pid_out) {
     start_t start = {.job = job, .r = r, .search = NULL, .error = 0};
+    *pid_out = 0;
     if (!strchr(job->path, '/')) {
         start.search = getenv("PATH");
         if (!start.search) start.search = "/bin:/usr/bin";
@@ -222,16 +256,13 @@ static void spawn(runner_t *r, job_t *job) {
     /* What posix_spawn does (the parent waits until the child has exec'd), but on a stack mapped
      * once rather than per spawn (unmapping it cost a TLB shootdown across CPUs each time), and
      * with the pidfd from the same call. */
+    int64_t started = now_ns(CLOCK_MONOTONIC);
     pid_t pid = clone(child, r->stack + STACK_BYTES, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &start, &pidfd);
-    if (pid < 0) {
-        drop(r, job, 0, errno);
-        return;
-    }
+    if (pid < 0) return errno;
     if (start.error) {
         reap_now(pid, &status);
         close(pidfd);
-        drop(r, job, 0, start.error);
-        return;
+        return start.error;
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = job};
     if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, pidfd, &ev) < 0) {
@@ -239,15 +270,56 @@ static void spawn(runner_t *r, job_t *job) {
         kill(-pid, SIGKILL);
         reap_now(pid, &status);
         close(pidfd);
-        drop(r, job, pid, failure);
-        return;
+        *pid_out = pid;
+        return failure;
     }
     job->pid = pid;
     job->pidfd = pidfd;
+    job->started_ns = started;
     job->prev = NULL;
     job->next = r->running;
     if (r->running) r->running->prev = job;
     r->running = job;
+    return 0;
+}
+
+static void release(runner_t *r, job_t *job, pid_t pid, int status);
+
+static job_t *pop_held(runner_t *r) {
+    pthread_mutex_lock(&r->queue);
+    job_t *job = r->held_head;
+    if (job) {
+        r->held_head = job->next;
+        if (!r->held_head) r->held_tail = NULL;
+        job->next = NULL;
+    }
+    pthread_mutex_unlock(&r->queue);
+    return job;
+}
+
+/* Start a job that has a slot (under `jobs`); if it cannot run, its slot goes on (below). */
+static void start(runner_t *r, job_t *job) {
+    if (job->cancelled) {
+        release(r, job, 0, -ECANCELED);
+        return;
+    }
+    if (job->expires_ns && now_ns(CLOCK_REALTIME) >= job->expires_ns) {
+        release(r, job, 0, -ETIME);
+        return;
+    }
+    pid_t pid;
+    int error = spawn(r, job, &pid);
+    if (error) release(r, job, pid, -error);
+}
+
+/* The job has ended, or will never run, and lets go of its slot (under `jobs`): the next held
+ * job takes the slot, and the job's event says so (SLOT_PASSED) or that the slot is free again
+ * (SLOT_FREED). The job is freed. */
+static void release(runner_t *r, job_t *job, pid_t pid, int status) {
+    job_t *next = pop_held(r);
+    post(r, job, pid, status, next ? SLOT_PASSED : SLOT_FREED);
+    free(job);
+    if (next) start(r, next);
 }
 
 static void start_queued(runner_t *r) {
@@ -258,17 +330,14 @@ static void start_queued(runner_t *r) {
         if (job) {
             r->queued_head = job->next;
             if (!r->queued_head) r->queued_tail = NULL;
+            job->next = NULL;
         }
         pthread_mutex_unlock(&r->queue);
         if (!job) {
             pthread_mutex_unlock(&r->jobs);
             return;
         }
-        if (job->cancelled) {
-            drop(r, job, 0, ECANCELED);
-        } else {
-            spawn(r, job);
-        }
+        start(r, job);
         pthread_mutex_unlock(&r->jobs);
     }
 }
@@ -283,10 +352,9 @@ static void reap(runner_t *r, job_t *job) {
     epoll_ctl(r->epfd, EPOLL_CTL_DEL, job->pidfd, NULL);
     close(job->pidfd);
     unlist(r, job);
-    post(r, job->id, job->pid, status);
+    release(r, job, job->pid, status);
     pthread_cond_broadcast(&r->reaped);
     pthread_mutex_unlock(&r->jobs);
-    free(job);
 }
 
 /* The descriptors' housekeeping, after the tasks are served: close what the loop discarded and
@@ -332,9 +400,14 @@ static void tend(runner_t *r) {
 static void *serve(void *arg) {
     runner_t *r = arg;
     struct epoll_event events[64];
+    int held = 0;
     for (;;) {
         tend(r);
-        int n = epoll_wait(r->epfd, events, 64, -1);
+        int n = epoll_wait(r->epfd, events, 64, held ? HOLD_WAKE_MS : -1);
+        if (n == 0 && held) {
+            held = notify(r, 1);
+            continue;
+        }
         for (int i = 0; i < n; i++) {
             if (events[i].data.ptr == NULL) {
                 uint64_t count;
@@ -344,7 +417,7 @@ static void *serve(void *arg) {
                 reap(r, events[i].data.ptr);
             }
         }
-        notify(r);
+        held = notify(r, 0);
     }
     return NULL;
 }
@@ -363,6 +436,7 @@ runner_t *kr_new(const int *reset, int n) {
     r->epfd = epoll_create1(EPOLL_CLOEXEC);
     r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     r->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    r->batch = 1;
     struct epoll_event wake = {.events = EPOLLIN, .data.ptr = NULL};
     r->stack = mmap(NULL, STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (r->stack == MAP_FAILED) r->stack = NULL;
@@ -400,20 +474,53 @@ fail:;
 int kr_done_fd(runner_t *r) { return r->done_fd; }
 
 /* Queue a task. path, argv and envp must stay valid, and the descriptors open, until its event
- * arrives or kr_kill has returned for it. Returns 0, or -ENOMEM. */
+ * arrives or kr_kill has returned for it. hold = 0: the task has a slot and starts at once; hold
+ * = 1: it waits in the held queue until a task ending passes it its slot (or kr_pass gives it one)
+ * and is dropped unstarted (-ETIME) if by then CLOCK_REALTIME has passed expires_ns (0: never).
+ * Returns 0, or -ENOMEM. */
 int kr_submit(runner_t *r, int64_t id, const char *path, char *const *argv, char *const *envp, int in, int out,
-              int err) {
+              int err, int hold, int64_t expires_ns) {
     job_t *job = calloc(1, sizeof *job);
     if (!job) return -ENOMEM;
-    *job = (job_t){.id = id, .path = path, .argv = argv, .envp = envp, .in = in, .out = out, .err = err};
+    *job = (job_t){.id = id, .path = path, .argv = argv, .envp = envp, .in = in, .out = out, .err = err,
+                   .expires_ns = expires_ns};
     pthread_mutex_lock(&r->queue);
-    if (r->queued_tail) r->queued_tail->next = job;
-    else r->queued_head = job;
-    r->queued_tail = job;
+    job_t **head = hold ? &r->held_head : &r->queued_head, **tail = hold ? &r->held_tail : &r->queued_tail;
+    if (*tail) (*tail)->next = job;
+    else *head = job;
+    *tail = job;
     pthread_mutex_unlock(&r->queue);
+    if (hold) return 0; /* a running task's end starts it, and wakes the thread anyway */
     uint64_t one = 1;
     if (write(r->wake_fd, &one, sizeof one) < 0) { /* the counter is full: the thread is awake anyway */ }
     return 0;
+}
+
+/* A slot freed outside the runner (a persistent task's, or one the loop had left): the first held
+ * task gets it and starts. 1 if there was one, 0 if none is held. */
+int kr_pass(runner_t *r) {
+    pthread_mutex_lock(&r->queue);
+    job_t *job = r->held_head;
+    if (job) {
+        r->held_head = job->next;
+        if (!r->held_head) r->held_tail = NULL;
+        job->next = NULL;
+        if (r->queued_tail) r->queued_tail->next = job;
+        else r->queued_head = job;
+        r->queued_tail = job;
+    }
+    pthread_mutex_unlock(&r->queue);
+    if (!job) return 0;
+    uint64_t one = 1;
+    if (write(r->wake_fd, &one, sizeof one) < 0) { /* the counter is full: the thread is awake anyway */ }
+    return 1;
+}
+
+/* How many ended tasks the loop's wake-up may wait for while tasks are held (1: none). */
+void kr_set_batch(runner_t *r, int batch) {
+    pthread_mutex_lock(&r->queue);
+    r->batch = batch > 0 ? batch : 1;
+    pthread_mutex_unlock(&r->queue);
 }
 
 /* A fresh stdout/stderr memfd pair for a task: 1 with pair filled, 0 when none is ready (the
@@ -477,6 +584,23 @@ static job_t *find_running(runner_t *r, int64_t id) {
     return NULL;
 }
 
+/* When the task was spawned (CLOCK_MONOTONIC ns), 0 while it waits to start, -1 once it has ended. */
+int64_t kr_started(runner_t *r, int64_t id) {
+    pthread_mutex_lock(&r->jobs);
+    job_t *job = find_running(r, id);
+    int64_t started = job ? job->started_ns : -1;
+    if (!job) {
+        pthread_mutex_lock(&r->queue);
+        for (job_t *q = r->queued_head; q && started < 0; q = q->next)
+            if (q->id == id) started = 0;
+        for (job_t *q = r->held_head; q && started < 0; q = q->next)
+            if (q->id == id) started = 0;
+        pthread_mutex_unlock(&r->queue);
+    }
+    pthread_mutex_unlock(&r->jobs);
+    return started;
+}
+
 /* Stop a task: 1 if it had not started (it never will; its event says -ECANCELED), 2 if it was
  * running (its group got SIGKILL; with wait_seconds > 0, returns once it is reaped or that long
  * has passed), 0 if it had ended already. After this returns, the runner no longer uses the
@@ -486,8 +610,21 @@ int kr_kill(runner_t *r, int64_t id, double wait_seconds) {
     pthread_mutex_lock(&r->queue);
     for (job_t *job = r->queued_head; job; job = job->next) {
         if (job->id == id) {
-            job->cancelled = 1;
+            job->cancelled = 1; /* its slot goes on when the thread comes to it */
             pthread_mutex_unlock(&r->queue);
+            pthread_mutex_unlock(&r->jobs);
+            return 1;
+        }
+    }
+    for (job_t *job = r->held_head, *before = NULL; job; before = job, job = job->next) {
+        if (job->id == id) { /* it has no slot: out of the queue, its event now */
+            if (before) before->next = job->next;
+            else r->held_head = job->next;
+            if (r->held_tail == job) r->held_tail = before;
+            pthread_mutex_unlock(&r->queue);
+            post(r, job, 0, -ECANCELED, SLOT_NONE);
+            free(job);
+            notify(r, 1);
             pthread_mutex_unlock(&r->jobs);
             return 1;
         }

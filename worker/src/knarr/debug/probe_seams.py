@@ -108,10 +108,10 @@ class CollectingSinks:
 class ProbeScheduler(SlotScheduler):
     """The probe's own pool slots; the time a task waits for one is noted on its trace."""
 
-    async def acquire(self, partition: int, priority: tuple = ()) -> None:
+    async def acquire(self, partition: int, priority: tuple = (), can_hold: bool = False) -> bool:
         started = time.monotonic()
         try:
-            await super().acquire(partition, priority)
+            return await super().acquire(partition, priority, can_hold)
         finally:
             trace = _current.get()
             if trace is not None:

@@ -21,7 +21,7 @@ from knarr.engine.environment import task_environment
 from knarr.engine.hooks import call_hook, call_sync_hook, defines
 from knarr.engine.ledger import Failed, Outcome, Replaced, Succeeded
 from knarr.engine.persistent import ProgramPool, program_command
-from knarr.engine.processes import run_process
+from knarr.engine.processes import RunnerSlot, run_process
 from knarr.engine.scheduling import SlotScheduler, priority_key
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
@@ -32,6 +32,11 @@ log = get_logger(component="executor")
 _completed = metrics.tasks.labels("completed")
 _failed = metrics.tasks.labels("failed")
 _DEFAULT_PRIORITY = priority_key(0)
+# executor.spawn_ahead unset: hold no more tasks than the running ones clear in about this long, at
+# their recent mean duration, so a later, more urgent task (or another partition's) waits at most
+# about this long behind held ones. Tasks of a few milliseconds gain from holding; long ones do not.
+HOLD_BUDGET_SECONDS = 0.02
+_MEAN_WEIGHT = 0.05  # of each ended task's duration in the running mean
 
 
 class TaskExecutor:
@@ -51,9 +56,20 @@ class TaskExecutor:
         self._labels = TaskLabelCounter(config.metric_labels, config.metric_label_values_max)
         self.recorder: Any = None  # the flight recorder, or None (debug off)
         metrics.pool_active.set_function(lambda: scheduler.in_use)  # read at scrape time, not twice per task
+        metrics.pool_held.set_function(lambda: scheduler.held)
         # Persistent programs get the same base environment; a task's own env travels in its request.
         self.programs = ProgramPool(config, self._base_env)
         self._runner = native.for_config(config.spawner)  # None: the spawner thread
+        # Held places: tasks the native runner keeps ready to start the moment a running one ends.
+        self._holds = self._runner is not None and scheduler.held_max > 0
+        self._held_cap = scheduler.held_max
+        self._mean_duration: float | None = None  # of spawned tasks, while spawn_ahead adapts (unset)
+        self._adapts = self._holds and config.spawn_ahead is None
+        if self._adapts:
+            scheduler.held_max = 0  # until the first task's duration is known
+        if self._holds:
+            scheduler.pass_slot = self._runner.pass_slot
+            self._runner.set_batch(wake_batch(config.max_executors))
         self._prioritizes = defines(handler, "task_priority")  # else every task has the default priority
 
     async def close(self) -> None:
@@ -63,6 +79,14 @@ class TaskExecutor:
     def _count(self, status: str, task: ExecutorTask) -> None:
         metrics.labelled(metrics.tasks, status).inc()
         self._labels.count(status, task.labels)
+
+    def _adapt(self, duration: float) -> None:
+        """Hold as many tasks as the running ones clear in HOLD_BUDGET_SECONDS at their mean duration."""
+        mean = self._mean_duration
+        mean = duration if mean is None else mean + (duration - mean) * _MEAN_WEIGHT
+        self._mean_duration = mean
+        self.scheduler.held_max = min(self._held_cap,
+                                      int(self.config.max_executors * HOLD_BUDGET_SECONDS / max(mean, 1e-4)))
 
     def _env_for(self, task: ExecutorTask) -> dict[str, str]:
         if not task.env:
@@ -153,11 +177,15 @@ class TaskExecutor:
             priority = call_sync_hook("task_priority", self._priority, task, log=log, default=_DEFAULT_PRIORITY,
                                       **task_context(task)).value
         waiting_since = time.monotonic() if self.recorder is not None else 0.0
-        await self.scheduler.acquire(partition, priority)
+        native_run = command is None and self._holds and self._runner.claim(asyncio.get_running_loop())
+        held = await self.scheduler.acquire(partition, priority, can_hold=native_run)
+        slot = None
         if self.recorder is not None:
-            self.recorder.record("task_started", partition, offset, task.task_id, task.parent_task_id, data={
-                "slot_wait_ms": round((time.monotonic() - waiting_since) * 1000, 3), "attempt": attempt,
-                "args": task.args})
+            data = {"slot_wait_ms": round((time.monotonic() - waiting_since) * 1000, 3), "attempt": attempt,
+                    "args": task.args}
+            if held:  # handed to the native runner, which starts it when a running task ends
+                data["held"] = True
+            self.recorder.record("task_started", partition, offset, task.task_id, task.parent_task_id, data=data)
         try:
             if is_expired(time.time(), task.expires_at):  # expired while waiting for a slot: never run
                 return _expired(task, attempt)
@@ -165,11 +193,19 @@ class TaskExecutor:
             if command is not None:  # persistent mode: a program that is already running takes the task
                 proc = await self.programs.run(command, task, timeout)
             else:
+                if native_run:  # the runner's event settles the grant (SlotScheduler.settle)
+                    slot = RunnerSlot(held, task.expires_at, lambda fate: self.scheduler.settle(partition, fate),
+                                      self.scheduler.take_free)
                 proc = await run_process([binary, *task.args], stdin=task.stdin, env=self._env_for(task),
                                          timeout=timeout, max_output_bytes=self.config.max_output_bytes,
-                                         runner=self._runner)
+                                         runner=self._runner, slot=slot)
         finally:
-            self.scheduler.release(partition)
+            if slot is None or not slot.submitted:
+                self.scheduler.give_back(partition, held if slot is None else slot.held)
+        if proc.expired:  # it waited in the runner's held queue past its expires_at: never run
+            return _expired(task, attempt)
+        if self._adapts and native_run:
+            self._adapt(proc.duration_seconds)
 
         result = trusted(
             ExecutorResult, task=task, exit_code=proc.exit_code, stdout=proc.stdout, stderr=proc.stderr,
@@ -228,6 +264,11 @@ def _record_attempt(recorder: Any, task: ExecutorTask, partition: int, offset: i
                         "reason": outcome.reason, "exit_code": outcome.exit_code, "args": task.args,
                         "attempt": outcome.attempt, "pid": outcome.pid, "stderr": outcome.stderr,
                         "stdout": result.stdout if result is not None else None, "error": outcome.exception})
+
+
+def wake_batch(max_executors: int) -> int:
+    """How many ended tasks the runner lets gather before it wakes the loop, while it has held tasks to start."""
+    return max(1, max_executors + max_executors // 2)
 
 
 def task_context(task: ExecutorTask) -> dict[str, object]:

@@ -7,6 +7,9 @@ all of that in C: the loop submits argv, environment and descriptors in one call
 event per ended task, in batches, through a single eventfd that stays registered with the loop.
 The thread also makes the tasks' stdout/stderr memfds ahead (a few pairs at a time) and closes
 them once the loop has read them, so the loop makes no system call for them but the reads.
+And it holds tasks ready (``executor.spawn_ahead``): a task submitted with ``hold`` starts the
+moment a running task ends, on the thread, and each task's event says what became of its slot,
+which the pool scheduler mirrors (scheduling.py).
 bench/spawners.py measured the difference (docs/performance.md).
 
 It is built into the wheel when a C compiler is there at install time (worker/hatch_build.py).
@@ -26,23 +29,28 @@ import ctypes
 import importlib.util
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from knarr.engine.spawner import RESET_SIGNALS, EnvCache, c_strings, exec_arg
 from knarr.errors import ConfigError
 from knarr.observability.logging import get_logger
 
-ABI = 3  # runner.c's KR_ABI
+ABI = 4  # runner.c's KR_ABI
 FRESH_PAIRS = 8  # runner.c's: stdout/stderr memfd pairs its thread keeps made ahead
 LIBRARY = "_knarr_runner"  # site-packages/_knarr_runner.so, put there by the wheel
 _BATCH = 256
 KILL_WAIT_SECONDS = 5.0  # a cancelled task's group got SIGKILL: this long at most for the kernel to end it
+# What became of the slot a task had, in its event (runner.c's SLOT_*): free again, taken by the
+# next held task, or none (it left the held queue unstarted).
+SLOT_FREED, SLOT_PASSED, SLOT_NONE = 0, 1, 2
 
 log = get_logger(component="native-runner")
 
 
 class _Event(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_int64), ("pid", ctypes.c_int32), ("status", ctypes.c_int32)]
+    _fields_ = [("id", ctypes.c_int64), ("pid", ctypes.c_int32), ("status", ctypes.c_int32),
+                ("started_ns", ctypes.c_int64), ("slot", ctypes.c_int32), ("unused", ctypes.c_int32)]
 
 
 class NativeRunnerMissing(RuntimeError):
@@ -69,9 +77,14 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
     waiting.kr_new.restype = ctypes.c_void_p
     waiting.kr_new.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
     waiting.kr_kill.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double]
+    waiting.kr_started.restype = ctypes.c_int64
+    waiting.kr_started.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     quick.kr_done_fd.argtypes = [ctypes.c_void_p]
     quick.kr_submit.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
-                                ctypes.c_int, ctypes.c_int, ctypes.c_int]
+                                ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64]
+    quick.kr_pass.argtypes = [ctypes.c_void_p]
+    quick.kr_set_batch.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    quick.kr_set_batch.restype = None
     quick.kr_collect.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Event), ctypes.c_int]
     quick.kr_pause.argtypes = [ctypes.c_void_p]
     quick.kr_resume.argtypes = [ctypes.c_void_p]
@@ -85,11 +98,14 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
 
 @dataclass(slots=True)
 class NativeJob:
-    """A submitted task: ``ended`` gets (pid, status), status being a wait status or -errno."""
+    """A submitted task: ``ended`` gets (pid, status, started_ns), status being a wait status or -errno,
+    started_ns the CLOCK_MONOTONIC time of its spawn (0: it never started). ``on_slot`` hears what
+    became of its slot (SLOT_*), whether or not anyone still waits for ``ended``."""
 
     id: int
     ended: asyncio.Future
     keep: tuple  # what the runner reads until the task has started: path, argv and envp arrays
+    on_slot: Callable[[int], None] | None
 
 
 class NativeRunner:
@@ -122,13 +138,20 @@ class NativeRunner:
         self._loop = loop
         return True
 
-    def submit(self, argv: list[str], env: dict[str, str] | None, stdin: int, out: int, err: int) -> NativeJob:
-        """Queue ``argv``; raises what os.posix_spawnp would for arguments exec cannot take (ValueError, TypeError)."""
+    def submit(self, argv: list[str], env: dict[str, str] | None, stdin: int, out: int, err: int, *,
+               hold: bool = False, expires_at: float | None = None,
+               on_slot: Callable[[int], None] | None = None) -> NativeJob:
+        """Queue ``argv``; raises what os.posix_spawnp would for arguments exec cannot take (ValueError, TypeError).
+
+        ``hold``: the task has no slot yet; it starts when a running task's end passes it one (or
+        ``pass_slot`` does), unless ``expires_at`` (Unix time) has passed by then (status -ETIME).
+        """
         encoded = [exec_arg(a) for a in argv]
         args = c_strings(encoded)
         envp = None if env is None else self._env.encoded(env)
-        job = NativeJob(next(self._ids), self._loop.create_future(), (encoded, args, envp))
-        code = self._lib.kr_submit(self._handle, job.id, encoded[0], args, envp, stdin, out, err)
+        job = NativeJob(next(self._ids), self._loop.create_future(), (encoded, args, envp), on_slot)
+        expires_ns = int(expires_at * 1e9) if hold and expires_at is not None else 0
+        code = self._lib.kr_submit(self._handle, job.id, encoded[0], args, envp, stdin, out, err, hold, expires_ns)
         if code:
             raise OSError(-code, os.strerror(-code))
         self._jobs[job.id] = job
@@ -145,11 +168,24 @@ class NativeRunner:
         """Close ``fd`` on the runner's thread (soon, not now); the caller must never use it again."""
         self._lib.kr_discard(self._handle, fd)
 
+    def pass_slot(self) -> bool:
+        """A slot freed elsewhere goes to the first held task, which starts; False if none is held."""
+        return bool(self._lib.kr_pass(self._handle))
+
+    def set_batch(self, batch: int) -> None:
+        """How many ended tasks the loop's wake-up may wait for while tasks are held (1: none)."""
+        self._lib.kr_set_batch(self._handle, batch)
+
+    def started(self, job: NativeJob) -> float | None:
+        """When the task's process started (time.monotonic()), None while it waits to start or once it has ended."""
+        started = self._waiting.kr_started(self._handle, job.id)
+        return started / 1e9 if started > 0 else None
+
     def kill(self, job: NativeJob, wait: bool = False) -> None:
-        """SIGKILL the task's group (or make sure it never starts); ``wait``: until it is reaped, and forget it."""
+        """SIGKILL the task's group (or make sure it never starts); ``wait``: until it is reaped.
+
+        Its event still comes (and tells ``on_slot`` what became of its slot)."""
         self._waiting.kr_kill(self._handle, job.id, KILL_WAIT_SECONDS if wait else 0.0)
-        if wait:
-            self._jobs.pop(job.id, None)
 
     def _collect(self) -> None:
         jobs, events = self._jobs, self._events
@@ -157,8 +193,12 @@ class NativeRunner:
             count = self._lib.kr_collect(self._handle, events, _BATCH)
             for event in events[:count]:
                 job = jobs.pop(event.id, None)
-                if job is not None and not job.ended.done() and job.ended.get_loop() is self._loop:
-                    job.ended.set_result((event.pid, event.status))
+                if job is None:
+                    continue
+                if job.on_slot is not None:
+                    job.on_slot(event.slot)
+                if not job.ended.done() and job.ended.get_loop() is self._loop:
+                    job.ended.set_result((event.pid, event.status, event.started_ns))
             if count < _BATCH:
                 return
 

@@ -60,6 +60,7 @@ class ProcessOutcome:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     failure: str | None = None  # persistent mode: "crash" (the program died mid-task) or "protocol" (a malformed frame)
+    expired: bool = False  # its expires_at passed while it waited in the native runner's held queue: never started
 
 
 def seal_inherited_fds() -> None:
@@ -153,13 +154,19 @@ def _refused(argv: list[str], env: Mapping[str, str] | None, stdin: str | None, 
 
 
 class _Watch:
-    """One timer per task does both: keep its output to the cap, and enforce its deadline (``kill`` on expiry)."""
+    """One timer per task does both: keep its output to the cap, and enforce its deadline (``kill`` on expiry).
 
-    __slots__ = ("loop", "deadline", "out", "err", "kill", "ended", "timed_out", "timer")
+    ``started``, for a task that may wait in the native runner's held queue, says when its process
+    started (None while it waits): the deadline counts from then, not from the hand-off.
+    """
+
+    __slots__ = ("loop", "timeout", "deadline", "out", "err", "kill", "ended", "timed_out", "timer", "started")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float, out: CapturedStream, err: CapturedStream,
-                 kill: Callable[[], None], ended: asyncio.Future) -> None:
+                 kill: Callable[[], None], ended: asyncio.Future,
+                 started: Callable[[], float | None] | None = None) -> None:
         self.loop, self.out, self.err, self.kill, self.ended = loop, out, err, kill, ended
+        self.timeout, self.started = timeout, started
         self.deadline = loop.time() + timeout
         self.timed_out = False
         self.timer = self._schedule(FIRST_CHECK_SECONDS)
@@ -174,11 +181,23 @@ class _Watch:
         if self.ended.done():
             return
         if expired:
+            if self.started is not None and self._moved():
+                self.timer = self._schedule(delay)
+                return
             self.timed_out = True
             self.kill()  # the exit follows once the leader is dead, and finishes the task
             return
         grown = self.out.limit() + self.err.limit()
         self.timer = self._schedule(next_check_delay(delay, grown))
+
+    def _moved(self) -> bool:
+        """The deadline as the process's start puts it; True if that is still ahead (the timer goes on)."""
+        started = self.started()
+        remaining = self.timeout if started is None else started + self.timeout - time.monotonic()
+        if remaining <= 0:
+            return False
+        self.deadline = self.loop.time() + remaining
+        return True
 
     def cancel(self) -> None:
         self.timer.cancel()
@@ -227,14 +246,32 @@ def _ended(pid: int | None, status: int, out: CapturedStream, err: CapturedStrea
                           stdout_truncated=out.truncated, stderr_truncated=err.truncated)
 
 
+class RunnerSlot:
+    """A task's place with the native runner, as the pool scheduler granted it: ``held`` when the task
+    waits in the runner's held queue for a running task's slot. Once the runner has the task
+    (``submitted``), its event tells ``on_slot`` what became of the slot (native.SLOT_*); before
+    that, the caller gives the grant back itself."""
+
+    __slots__ = ("held", "expires_at", "on_slot", "take_free", "submitted")
+
+    def __init__(self, held: bool, expires_at: float | None, on_slot: Callable[[int], None],
+                 take_free: Callable[[], bool]) -> None:
+        self.held, self.expires_at, self.on_slot, self.take_free = held, expires_at, on_slot, take_free
+        self.submitted = False
+
+
 async def run_process(
     argv: list[str], *, stdin: str | None, env: dict[str, str] | None, timeout: float,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES, runner: native.NativeRunner | None = None,
+    slot: RunnerSlot | None = None,
 ) -> ProcessOutcome:
-    """Run ``argv`` to its end; through ``runner`` (the native runner) when given and free for this loop."""
+    """Run ``argv`` to its end; through ``runner`` (the native runner) when given and free for this loop.
+
+    ``slot``: the task's grant, for the native runner (none: it starts at once, and nobody hears of its slot).
+    """
     loop = asyncio.get_running_loop()
     if runner is not None and runner.claim(loop):
-        return await _run_native(runner, loop, argv, stdin, env, timeout, max_output_bytes)
+        return await _run_native(runner, loop, argv, stdin, env, timeout, max_output_bytes, slot)
     started = time.monotonic()
     try:
         spawned = await spawner().spawn(argv, stdin, env, max_output_bytes)
@@ -274,7 +311,7 @@ async def run_process(
 
 async def _run_native(
     runner: native.NativeRunner, loop: asyncio.AbstractEventLoop, argv: list[str], stdin: str | None,
-    env: dict[str, str] | None, timeout: float, cap: int,
+    env: dict[str, str] | None, timeout: float, cap: int, slot: RunnerSlot | None = None,
 ) -> ProcessOutcome:
     """The same run through the native runner: it spawns, sweeps and reaps, makes the stdout/stderr memfds
     ahead and closes them (and stdin's) after; the loop only reads them."""
@@ -288,22 +325,35 @@ async def _run_native(
         try:
             if stdin is not None:
                 inp = stdin_memfd(stdin)
-            job = runner.submit(argv, env, inp, out.fd, err.fd)
+            if slot is None:
+                job = runner.submit(argv, env, inp, out.fd, err.fd)
+            else:
+                if slot.held and slot.take_free():  # a slot came free since the grant: no need to wait
+                    slot.held = False
+                job = runner.submit(argv, env, inp, out.fd, err.fd, hold=slot.held, expires_at=slot.expires_at,
+                                    on_slot=slot.on_slot)
+                slot.submitted = True
         except (ValueError, TypeError) as exc:  # exec cannot take the arguments (e.g. a NUL byte)
             return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
         except OSError as exc:
             return _launch_failure(argv, _spawn_error(exc), started)
-        watch = _Watch(loop, timeout, out, err, lambda: runner.kill(job), job.ended)
+        held = slot is not None and slot.held
+        watch = _Watch(loop, timeout, out, err, lambda: runner.kill(job), job.ended,
+                       (lambda: runner.started(job)) if held else None)
         try:
-            pid, status = await job.ended
+            pid, status, started_ns = await job.ended
         except BaseException:  # cancelled (shutdown), or closed unfinished: kill the tree, reaped before going on
             runner.kill(job, wait=True)
             raise
         finally:
             watch.cancel()
+        if started_ns > 0:
+            started = started_ns / 1e9  # the process's own start (a held task waited before it): CLOCK_MONOTONIC
         if status < 0:
             if watch.timed_out:  # its deadline passed before it could start
                 return _ended(None, 0, out, err, watch, timeout, started)
+            if status == -errno.ETIME and held:
+                return ProcessOutcome(-1, "", "", None, 0.0, expired=True)
             return _launch_failure(argv, _spawn_error(OSError(-status, os.strerror(-status), argv[0])), started)
         _sweep_detached()
         return _ended(pid, status, out, err, watch, timeout, started)

@@ -5,6 +5,15 @@ One scheduler is shared by every partition. A slot goes to the waiting task with
 equal-priority work is shared round-robin between partitions: a partition flooded with a
 10,000-task fan-out cannot starve one that trickles. ``max_per_partition`` caps a partition
 outright.
+
+**Held places.** A task the native runner will spawn may also be granted a *held* place when
+no slot is free (up to ``held`` of them): the runner queues it and starts it the moment a
+running task ends, passing that task's slot on without a round trip through the event loop
+(native.py, runner.c). The runner's event for each task says what became of its slot
+(``settle``): free again, passed to the next held task, or none (a held task that left the
+queue unstarted). Held places go in the same order as slots, and a task that cannot be held
+(a persistent program's) at the head of the order stops further held grants, so the held tasks
+drain and it gets the next free slot.
 """
 
 from __future__ import annotations
@@ -13,21 +22,26 @@ import asyncio
 import heapq
 import itertools
 from collections import defaultdict
+from collections.abc import Callable
 
 
 class SlotScheduler:
-    def __init__(self, slots: int, max_per_partition: int | None = None) -> None:
+    def __init__(self, slots: int, max_per_partition: int | None = None, held: int = 0) -> None:
         if slots < 1:
             raise ValueError("slots must be at least 1")
         self.slots = slots
         self.max_per_partition = max_per_partition
         self.free = slots
+        self.held_max = held
+        self.held = 0  # held places granted and not yet settled
+        self.pass_slot: Callable[[], bool] | None = None  # the runner's: a free slot to its first held task
         self.active: defaultdict[int, int] = defaultdict(int)
-        self._waiting: dict[int, list[tuple[int, int, asyncio.Future[None]]]] = {}
+        self._waiting: dict[int, list[tuple[tuple, int, asyncio.Future[bool], bool]]] = {}
         self._last_served: defaultdict[int, int] = defaultdict(int)
         self._seq = itertools.count()
         self._grants = itertools.count(1)
         self.waiting_count = 0
+        self._waiting_holdable = 0  # waiters that may take a held place
 
     @property
     def in_use(self) -> int:
@@ -36,41 +50,85 @@ class SlotScheduler:
     def _under_cap(self, partition: int) -> bool:
         return self.max_per_partition is None or self.active[partition] < self.max_per_partition
 
-    async def acquire(self, partition: int, priority: tuple = ()) -> None:
-        """Wait for a slot; ``priority`` is a key made by :func:`priority_key` (lower runs first)."""
-        if self.free > 0 and not self._waiting and self._under_cap(partition):
-            self._grant(partition)
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiting.setdefault(partition, []), (priority, next(self._seq), fut))
+    async def acquire(self, partition: int, priority: tuple = (), can_hold: bool = False) -> bool:
+        """Wait for a slot, or (``can_hold``) a held place; True for a held place.
+
+        ``priority`` is a key made by :func:`priority_key` (lower runs first).
+        """
+        if not self._waiting and self._under_cap(partition):
+            if self.free > 0:
+                self._grant(partition)
+                return False
+            if can_hold and self.held < self.held_max:
+                self._grant(partition, held=True)
+                return True
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting.setdefault(partition, []), (priority, next(self._seq), fut, can_hold))
         self.waiting_count += 1
+        self._waiting_holdable += can_hold
         self._dispatch()
         try:
-            await fut
+            return await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
-                # Granted in the same tick we were cancelled: hand the slot back.
-                self.release(partition)
+                # Granted in the same tick we were cancelled: hand the slot (or place) back.
+                self.give_back(partition, fut.result())
             raise
 
     def release(self, partition: int) -> None:
-        self.active[partition] -= 1
-        if self.active[partition] <= 0:
-            del self.active[partition]
+        """A slot's task has ended: the slot is free."""
+        self._leave(partition)
         self.free += 1
         self._dispatch()
 
-    def _grant(self, partition: int) -> None:
-        self.free -= 1
+    def give_back(self, partition: int, held: bool) -> None:
+        """A grant the runner never got (the task ended before it was submitted)."""
+        if held:
+            self._leave(partition)
+            self.held -= 1
+            self._dispatch()
+        else:
+            self.release(partition)
+
+    def settle(self, partition: int, slot: int) -> None:
+        """What the runner's event says became of a task's slot (native.SLOT_*: freed, passed, none)."""
+        if slot == 0:  # SLOT_FREED
+            self.release(partition)
+            return
+        self._leave(partition)
+        self.held -= 1  # passed: a held task has the slot now; none: a held task left unstarted
+        self._dispatch()
+
+    def take_free(self) -> bool:
+        """A held place becomes a slot, if one is free (a task about to go to the runner needs not wait)."""
+        if self.free > 0 and self.held > 0:
+            self.free -= 1
+            self.held -= 1
+            return True
+        return False
+
+    def _leave(self, partition: int) -> None:
+        self.active[partition] -= 1
+        if self.active[partition] <= 0:
+            del self.active[partition]
+
+    def _grant(self, partition: int, held: bool = False) -> None:
+        if held:
+            self.held += 1
+        else:
+            self.free -= 1
         self.active[partition] += 1
         self._last_served[partition] = next(self._grants)
 
     def _dispatch(self) -> None:
-        while self.free > 0 and self._waiting:
+        while self.free > 0 and self.held > 0 and self.pass_slot is not None and self.pass_slot():
+            self.free -= 1  # the runner's first held task has it now
+            self.held -= 1
+        while self._waiting and (self.free > 0 or (self.held < self.held_max and self._waiting_holdable)):
             best: tuple | None = None
             for partition, heap in list(self._waiting.items()):
                 while heap and heap[0][2].done():  # cancelled waiters
-                    heapq.heappop(heap)
+                    self._waiting_holdable -= heapq.heappop(heap)[3]
                     self.waiting_count -= 1
                 if not heap:
                     del self._waiting[partition]
@@ -84,12 +142,16 @@ class SlotScheduler:
                 return
             partition = best[1]
             heap = self._waiting[partition]
-            _, _, fut = heapq.heappop(heap)
+            held = self.free == 0
+            if held and not heap[0][3]:
+                return  # it needs a slot: no more held places until one is free
+            _, _, fut, can_hold = heapq.heappop(heap)
             if not heap:
                 del self._waiting[partition]
             self.waiting_count -= 1
-            self._grant(partition)
-            fut.set_result(None)
+            self._waiting_holdable -= can_hold
+            self._grant(partition, held)
+            fut.set_result(held)
 
 
 def priority_key(value: object) -> tuple:

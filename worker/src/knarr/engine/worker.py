@@ -117,7 +117,7 @@ class Worker:
             await self.health.start()
             self.log.info("probes listening", host=cfg.metrics.host, port=self.health.port)
 
-        self.scheduler = SlotScheduler(cfg.executor.max_executors, cfg.executor.max_per_partition)
+        self.scheduler = SlotScheduler(cfg.executor.max_executors, cfg.executor.max_per_partition, cfg.executor.held_tasks)
         self.sinks = SinkManager(
             build_sinks(cfg), self._build_dlq(), self.handler, cfg.executor.max_retries,
             cfg.executor.retry_backoff_base_seconds, cfg.executor.retry_backoff_max_seconds, stats=self.stats,

@@ -22,6 +22,7 @@ persistent_programs = Gauge("knarr_persistent_programs", "Persistent executor pr
 persistent_starts = Counter("knarr_persistent_program_starts_total", "Persistent executor programs started")
 persistent_exits = Counter("knarr_persistent_program_exits_total", "Persistent executor programs stopped or lost, by why", ["reason"])  # max_tasks|max_idle|max_rss|evicted|shutdown|timeout|crash|protocol|cancelled
 pool_active = Gauge("knarr_pool_active", "Pool slots running a subprocess")
+pool_held = Gauge("knarr_pool_held", "Spawn-mode tasks the native runner holds ready to start when a slot frees (executor.spawn_ahead)")
 queue_size = Gauge("knarr_partition_queue_size", "Messages queued in a partition processor", ["partition"])
 backpressure = Gauge("knarr_backpressure_active", "1 while backpressure holds consumption or pauses a partition")
 backpressure_changes = Counter("knarr_backpressure_changes_total", "Flow changes: hold, release, isolate (a partition flooded by fan-out), rejoin", ["change"])

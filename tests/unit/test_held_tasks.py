@@ -1,0 +1,255 @@
+"""Held tasks (executor.spawn_ahead): the native runner keeps spawn-mode tasks ready and starts
+each the moment a running task ends, without ever running more than max_executors at once.
+
+The scheduler's side is tested on its own (grants, what the runner's events settle); the rest
+runs real processes through the native runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import knarr
+import pytest
+from knarr.config.loading import config_from_dict
+from knarr.config.models import ExecutorConfig
+from knarr.engine import native
+from knarr.engine.execution import TaskExecutor
+from knarr.engine.ledger import Failed, Succeeded
+from knarr.engine.scheduling import SlotScheduler
+from knarr.engine.worker import Worker
+from knarr.sources.memory import MemorySource
+
+FREED, PASSED, NONE = native.SLOT_FREED, native.SLOT_PASSED, native.SLOT_NONE
+
+
+# --- the scheduler ------------------------------------------------------------------------------
+async def test_with_every_slot_taken_a_task_the_runner_can_hold_gets_a_held_place_up_to_the_limit():
+    scheduler = SlotScheduler(1, held=2)
+    assert await scheduler.acquire(0, can_hold=True) is False  # the slot
+    assert await scheduler.acquire(0, can_hold=True) is True
+    assert await scheduler.acquire(1, can_hold=True) is True
+    third = asyncio.ensure_future(scheduler.acquire(2, can_hold=True))
+    await asyncio.sleep(0)
+    assert not third.done() and (scheduler.free, scheduler.held) == (0, 2)
+    scheduler.settle(0, PASSED)  # the running task ended and its slot went to the first held one
+    assert await third is True
+    assert (scheduler.free, scheduler.held, scheduler.in_use) == (0, 2, 1)
+
+
+async def test_what_the_runner_says_of_each_slot_brings_the_pool_back_to_where_it_started():
+    scheduler = SlotScheduler(2, held=2)
+    grants = [await scheduler.acquire(p, can_hold=True) for p in (0, 1, 0, 1)]
+    assert grants == [False, False, True, True]
+    scheduler.settle(0, PASSED)
+    scheduler.settle(1, PASSED)
+    scheduler.settle(0, FREED)
+    scheduler.settle(1, FREED)
+    assert (scheduler.free, scheduler.held, dict(scheduler.active)) == (2, 0, {})
+
+
+async def test_a_held_task_that_leaves_unstarted_gives_back_its_place_and_no_slot():
+    scheduler = SlotScheduler(1, held=1)
+    await scheduler.acquire(0, can_hold=True)
+    assert await scheduler.acquire(0, can_hold=True) is True
+    scheduler.settle(0, NONE)
+    assert (scheduler.free, scheduler.held) == (0, 0)
+    assert await scheduler.acquire(0, can_hold=True) is True  # the place is free again, the slot is not
+
+
+async def test_a_task_that_needs_a_slot_stops_held_grants_so_the_held_ones_drain_and_it_runs_next():
+    scheduler = SlotScheduler(1, held=4)
+    await scheduler.acquire(0, can_hold=True)
+    program = asyncio.ensure_future(scheduler.acquire(0, priority=(0,), can_hold=False))  # a persistent task
+    await asyncio.sleep(0)
+    later = asyncio.ensure_future(scheduler.acquire(0, priority=(1,), can_hold=True))
+    await asyncio.sleep(0)
+    assert not later.done(), "a held place went to a task queued behind one that needs a slot"
+    scheduler.settle(0, FREED)
+    assert await program is False
+    assert await later is True  # now the program has the slot, the spawn-mode task may be held behind it
+
+
+async def test_a_slot_freed_outside_the_runner_goes_to_its_first_held_task():
+    scheduler = SlotScheduler(1, held=1)
+    held_in_runner = [1]
+
+    def pass_slot() -> bool:
+        if held_in_runner:
+            held_in_runner.pop()
+            return True
+        return False
+
+    scheduler.pass_slot = pass_slot
+    await scheduler.acquire(0, can_hold=False)  # a persistent task has the slot
+    assert await scheduler.acquire(1, can_hold=True) is True
+    scheduler.release(0)  # the program's task ends: the runner's held task starts on its slot
+    assert (scheduler.free, scheduler.held, held_in_runner) == (0, 0, [])
+
+
+async def test_a_grant_the_runner_never_got_is_given_back_as_it_was_granted():
+    scheduler = SlotScheduler(1, held=1)
+    await scheduler.acquire(0, can_hold=True)
+    await scheduler.acquire(0, can_hold=True)
+    scheduler.give_back(0, True)
+    scheduler.give_back(0, False)
+    assert (scheduler.free, scheduler.held, dict(scheduler.active)) == (1, 0, {})
+
+
+def test_spawn_ahead_defaults_to_twice_max_executors_and_zero_turns_it_off():
+    assert ExecutorConfig(max_executors=3).held_tasks == 6
+    assert ExecutorConfig(max_executors=3, spawn_ahead=0).held_tasks == 0
+    with pytest.raises(ValueError, match="spawn_ahead"):
+        ExecutorConfig(spawn_ahead=-1)
+
+
+# --- real tasks through the native runner -------------------------------------------------------
+def _executor(slots: int, held: int) -> tuple[TaskExecutor, SlotScheduler]:
+    scheduler = SlotScheduler(slots, held=held)
+    config = ExecutorConfig(binary_path="/bin/sh", max_executors=slots, spawn_ahead=held)
+    return TaskExecutor(knarr.BaseHandler(), scheduler, config), scheduler
+
+
+def _task(script: str, **fields) -> knarr.ExecutorTask:
+    return knarr.ExecutorTask(args=["-c", script], **fields)
+
+
+async def _settled(scheduler: SlotScheduler) -> tuple[int, int]:
+    """The pool once every event has come (they arrive from the runner's thread)."""
+    for _ in range(200):
+        if scheduler.free == scheduler.slots and scheduler.held == 0:
+            break
+        await asyncio.sleep(0.01)
+    return scheduler.free, scheduler.held
+
+
+@pytest.fixture
+def holds(monkeypatch) -> list[bool]:
+    """Whether each task went to the runner held."""
+    seen: list[bool] = []
+    real = native.NativeRunner.submit
+
+    def submit(self, *args, hold=False, **kwargs):
+        seen.append(hold)
+        return real(self, *args, hold=hold, **kwargs)
+
+    monkeypatch.setattr(native.NativeRunner, "submit", submit)
+    return seen
+
+
+async def test_held_tasks_never_make_more_than_max_executors_run_at_once(holds):
+    executor, scheduler = _executor(2, 4)
+    script = "date +%s%N; sleep 0.15; date +%s%N"
+    runs = await asyncio.gather(*(executor.run(_task(script), p % 2) for p in range(10)))
+    spans = []
+    for outcome, _ in runs:
+        assert isinstance(outcome, Succeeded), outcome
+        begin, end = (int(line) for line in outcome.result.stdout.split())
+        spans.append((begin, end))
+    most = max(sum(1 for b, e in spans if b <= at < e) for at, _ in spans)
+    assert most == 2
+    assert any(holds), "no task was handed to the runner ahead of a free slot"
+    assert await _settled(scheduler) == (2, 0)
+
+
+async def test_a_held_tasks_timeout_and_duration_count_from_its_own_start(holds):
+    executor, scheduler = _executor(1, 2)
+    runs = await asyncio.gather(*(executor.run(_task("sleep 0.4", timeout_seconds=0.7), 0) for _ in range(3)))
+    assert holds.count(True) == 2
+    for outcome, _ in runs:  # the last waited 0.8 s held: longer than its timeout, yet it ran in full
+        assert isinstance(outcome, Succeeded), outcome
+        assert 0.35 <= outcome.result.duration_seconds < 0.65
+    assert await _settled(scheduler) == (1, 0)
+
+
+async def test_a_held_task_that_overruns_its_timeout_is_killed_that_long_after_it_started():
+    executor, scheduler = _executor(1, 1)
+    first = asyncio.ensure_future(executor.run(_task("sleep 0.5"), 0))
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    outcome, _ = await executor.run(_task("sleep 5", timeout_seconds=0.5), 0)
+    waited = time.monotonic() - started
+    assert isinstance(outcome, Failed) and outcome.error.reason == "timeout"
+    assert 0.85 <= waited < 2.5, waited  # held ~0.45 s, then 0.5 s of its own
+    await first
+    assert await _settled(scheduler) == (1, 0)
+
+
+async def test_a_task_whose_expires_at_passes_while_held_is_dropped_as_expired_and_never_runs(tmp_path):
+    executor, scheduler = _executor(1, 1)
+    first = asyncio.ensure_future(executor.run(_task("sleep 0.5"), 0))
+    await asyncio.sleep(0.05)
+    marker = tmp_path / "ran"
+    outcome, _ = await executor.run(_task(f"touch {marker}", expires_at=time.time() + 0.2), 0)
+    assert isinstance(outcome, Failed) and outcome.error.reason == "expired"
+    assert not marker.exists()
+    assert isinstance((await first)[0], Succeeded)
+    assert await _settled(scheduler) == (1, 0)
+
+
+async def test_cancelling_held_and_running_tasks_leaves_the_pool_whole(tmp_path):
+    executor, scheduler = _executor(1, 2)
+    marker = tmp_path / "ran"
+    running = asyncio.ensure_future(executor.run(_task("sleep 30"), 0))
+    await asyncio.sleep(0.1)
+    held = [asyncio.ensure_future(executor.run(_task(f"touch {marker}"), 0)) for _ in range(2)]
+    await asyncio.sleep(0.1)
+    assert scheduler.held == 2
+    for task in (held[0], running, held[1]):
+        task.cancel()
+    await asyncio.gather(running, *held, return_exceptions=True)
+    assert await _settled(scheduler) == (1, 0)
+    await asyncio.sleep(0.2)
+    assert not marker.exists(), "a cancelled held task started"
+
+
+async def test_a_held_task_that_cannot_start_passes_its_slot_on(tmp_path):
+    executor, scheduler = _executor(1, 3)
+    first = asyncio.ensure_future(executor.run(_task("sleep 0.3"), 0))
+    await asyncio.sleep(0.05)
+    missing = knarr.ExecutorTask(args=[], binary_path=str(tmp_path / "no-such-binary"))
+    runs = await asyncio.gather(executor.run(missing, 0), executor.run(_task("echo after"), 0))
+    assert isinstance(runs[0][0], Failed) and runs[0][0].error.reason == "launch"
+    assert isinstance(runs[1][0], Succeeded) and runs[1][0].result.stdout == "after\n"
+    await first
+    assert await _settled(scheduler) == (1, 0)
+
+
+async def test_a_worker_on_defaults_holds_tasks_and_finishes_every_message(tmp_path, holds):
+    class Sleepy(knarr.BaseHandler[None, None]):
+        async def arrange(self, messages, pending):
+            return [knarr.ExecutorTask(args=["-c", f"sleep 0.02; echo {m.offset}"], source_offsets=[m.offset])
+                    for m in messages]
+
+        async def on_task_complete(self, result):
+            self.seen = getattr(self, "seen", []) + [result.stdout]
+
+    config = config_from_dict({
+        "executor": {"binary_path": "/bin/sh", "max_executors": 2},
+        "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}},
+        "dlq": {"path": str(tmp_path / "dlq.jsonl")},
+        "metrics": {"enabled": False}, "logging": {"level": "WARNING", "format": "console"},
+    })
+    handler = Sleepy()
+    messages = [knarr.SourceMessage(topic="t", partition=0, offset=o, value=b"{}") for o in range(40)]
+    worker = Worker(config, handler, source=MemorySource(messages))
+    assert await asyncio.wait_for(worker.run(), 60) == 0
+    assert sorted(handler.seen) == sorted(f"{o}\n" for o in range(40))
+    assert any(holds)
+    assert (worker.scheduler.free, worker.scheduler.held) == (2, 0)
+
+
+async def test_unset_spawn_ahead_holds_short_tasks_and_not_long_ones(holds):
+    scheduler = SlotScheduler(2, held=4)
+    executor = TaskExecutor(knarr.BaseHandler(), scheduler, ExecutorConfig(binary_path="/bin/sh", max_executors=2))
+    assert scheduler.held_max == 0  # nothing is known of the tasks yet
+    await asyncio.gather(*(executor.run(_task("sleep 0.25"), 0) for _ in range(4)))
+    assert scheduler.held_max == 0 and not any(holds), "tasks of 250 ms were held"
+    for _ in range(40):  # short tasks bring the mean duration down to a few milliseconds
+        await asyncio.gather(*(executor.run(_task("true"), 0) for _ in range(8)))
+        if any(holds):
+            break
+    assert any(holds), "short tasks were never held"
+    assert 0 < scheduler.held_max <= 4
+    assert await _settled(scheduler) == (2, 0)
