@@ -400,14 +400,15 @@ static void tend(runner_t *r) {
 static void *serve(void *arg) {
     runner_t *r = arg;
     struct epoll_event events[64];
-    int held = 0;
+    int64_t held_since = 0; /* CLOCK_MONOTONIC when the loop's wake-up was first held back, 0: it is not */
     for (;;) {
         tend(r);
-        int n = epoll_wait(r->epfd, events, 64, held ? HOLD_WAKE_MS : -1);
-        if (n == 0 && held) {
-            held = notify(r, 1);
-            continue;
+        int timeout = -1;
+        if (held_since) {
+            int64_t left = held_since + HOLD_WAKE_MS * 1000000LL - now_ns(CLOCK_MONOTONIC);
+            timeout = left > 0 ? (int)((left + 999999) / 1000000) : 0;
         }
+        int n = epoll_wait(r->epfd, events, 64, timeout);
         for (int i = 0; i < n; i++) {
             if (events[i].data.ptr == NULL) {
                 uint64_t count;
@@ -417,7 +418,12 @@ static void *serve(void *arg) {
                 reap(r, events[i].data.ptr);
             }
         }
-        held = notify(r, 0);
+        int overdue = held_since && now_ns(CLOCK_MONOTONIC) - held_since >= HOLD_WAKE_MS * 1000000LL;
+        if (notify(r, overdue)) {
+            if (!held_since) held_since = now_ns(CLOCK_MONOTONIC);
+        } else {
+            held_since = 0;
+        }
     }
     return NULL;
 }
