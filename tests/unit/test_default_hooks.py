@@ -7,13 +7,12 @@ import asyncio
 import knarr
 import pytest
 from knarr.api.handler import BaseHandler
-from knarr.config.loading import config_from_dict
 from knarr.engine.hooks import defines
 from knarr.engine.worker import Worker
 from knarr.observability import metrics
 from knarr.sources.memory import MemorySource
 
-from tests.worker.harness import BEHAVE
+from tests.worker.harness import BEHAVE, local_config
 
 PER_MESSAGE_HOOKS = ("deserialize_message", "message_label", "task_priority", "on_task_complete",
                      "on_message_complete", "on_window_complete")
@@ -50,12 +49,7 @@ class Everything(OnlyArrange):
 
 
 def _run(tmp_path, handler, count: int, value: bytes = b"{}") -> Worker:
-    config = config_from_dict({
-        "executor": {"binary_path": BEHAVE, "max_executors": 2, "window_size": 5},
-        "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}},
-        "dlq": {"path": str(tmp_path / "dlq.jsonl")},
-        "metrics": {"enabled": False}, "logging": {"level": "WARNING", "format": "console"},
-    })
+    config = local_config(tmp_path, binary_path=BEHAVE, max_executors=2, window_size=5)
     messages = [knarr.SourceMessage(topic="t", partition=0, offset=o, value=value) for o in range(count)]
     worker = Worker(config, handler, source=MemorySource(messages))
     assert asyncio.run(asyncio.wait_for(worker.run(), 60)) == 0

@@ -12,7 +12,6 @@ import time
 
 import knarr
 import pytest
-from knarr.config.loading import config_from_dict
 from knarr.config.models import ExecutorConfig
 from knarr.engine import native
 from knarr.engine.execution import TaskExecutor
@@ -20,6 +19,8 @@ from knarr.engine.ledger import Failed, Succeeded
 from knarr.engine.scheduling import SlotScheduler
 from knarr.engine.worker import Worker
 from knarr.sources.memory import MemorySource
+
+from tests.worker.harness import local_config
 
 FREED, PASSED, NONE = native.SLOT_FREED, native.SLOT_PASSED, native.SLOT_NONE
 
@@ -225,12 +226,7 @@ async def test_a_worker_on_defaults_holds_tasks_and_finishes_every_message(tmp_p
         async def on_task_complete(self, result):
             self.seen = getattr(self, "seen", []) + [result.stdout]
 
-    config = config_from_dict({
-        "executor": {"binary_path": "/bin/sh", "max_executors": 2},
-        "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}},
-        "dlq": {"path": str(tmp_path / "dlq.jsonl")},
-        "metrics": {"enabled": False}, "logging": {"level": "WARNING", "format": "console"},
-    })
+    config = local_config(tmp_path, binary_path="/bin/sh", max_executors=2)
     handler = Sleepy()
     messages = [knarr.SourceMessage(topic="t", partition=0, offset=o, value=b"{}") for o in range(40)]
     worker = Worker(config, handler, source=MemorySource(messages))

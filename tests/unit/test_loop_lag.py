@@ -8,13 +8,12 @@ import time
 
 import knarr
 import structlog
-from knarr.config.loading import config_from_dict
 from knarr.engine.worker import Worker
 from knarr.observability.loop_lag import STALL_WARNING_SECONDS, LoopLagProbe
 from knarr.sources.memory import MemorySource
 from prometheus_client import REGISTRY
 
-from tests.worker.harness import BEHAVE
+from tests.worker.harness import BEHAVE, local_config
 
 
 def _lag(sample: str) -> float:
@@ -62,12 +61,7 @@ class BlockingArrange(knarr.BaseHandler[None, None]):
 
 
 async def test_a_hook_that_blocks_the_loop_is_reported_once_as_a_stall_naming_the_lag(tmp_path, capsys):
-    config = config_from_dict({
-        "executor": {"binary_path": BEHAVE, "max_executors": 2, "window_size": 5},
-        "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}},
-        "dlq": {"path": str(tmp_path / "dlq.jsonl")},
-        "metrics": {"enabled": False}, "logging": {"level": "WARNING", "format": "json"},
-    })
+    config = local_config(tmp_path, log_format="json", binary_path=BEHAVE, max_executors=2, window_size=5)
     handler = BlockingArrange()
     messages = [knarr.SourceMessage(topic="t", partition=0, offset=o, value=b"{}") for o in range(20)]
     worker = Worker(config, handler, source=MemorySource(messages))

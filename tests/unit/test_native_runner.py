@@ -16,7 +16,6 @@ from pathlib import Path
 
 import knarr
 import pytest
-from knarr.config.loading import config_from_dict
 from knarr.engine import native, spawner
 from knarr.engine.processes import run_process
 from knarr.engine.worker import Worker
@@ -24,7 +23,7 @@ from knarr.errors import ConfigError
 from knarr.sources.memory import MemorySource
 from structlog.testing import capture_logs
 
-from tests.worker.harness import BEHAVE
+from tests.worker.harness import BEHAVE, local_config
 
 
 class Echo(knarr.BaseHandler[None, None]):
@@ -36,12 +35,7 @@ class Echo(knarr.BaseHandler[None, None]):
 
 
 def _config(tmp_path, **executor):
-    return config_from_dict({
-        "executor": {"binary_path": BEHAVE, "max_executors": 4, **executor},
-        "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}},
-        "dlq": {"path": str(tmp_path / "dlq.jsonl")},
-        "metrics": {"enabled": False}, "logging": {"level": "WARNING", "format": "console"},
-    })
+    return local_config(tmp_path, **{"binary_path": BEHAVE, "max_executors": 4, **executor})
 
 
 @pytest.fixture

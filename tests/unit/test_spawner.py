@@ -11,7 +11,7 @@ import pytest
 from knarr.engine import native, spawner
 from knarr.engine.processes import run_process
 
-from tests.worker.harness import BEHAVE
+from tests.worker.harness import BEHAVE, local_config
 from tests.worker.procs import alive_with
 
 
@@ -86,7 +86,6 @@ async def test_the_event_loop_thread_never_spawns_a_task_process(gate, monkeypat
 
 async def test_a_worker_running_tasks_never_spawns_on_its_event_loop(gate, monkeypatch, tmp_path):
     import knarr
-    from knarr.config.loading import config_from_dict
     from knarr.engine.worker import Worker
     from knarr.sources.memory import MemorySource
 
@@ -96,12 +95,7 @@ async def test_a_worker_running_tasks_never_spawns_on_its_event_loop(gate, monke
 
     recorded = gate()
     forbidden = _forbid_on_this_thread(monkeypatch)
-    config = config_from_dict({
-        "executor": {"binary_path": BEHAVE, "max_executors": 4, "spawner": "thread"},
-        "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}},
-        "dlq": {"path": str(tmp_path / "dlq.jsonl")},
-        "metrics": {"enabled": False}, "logging": {"level": "WARNING", "format": "console"},
-    })
+    config = local_config(tmp_path, binary_path=BEHAVE, max_executors=4, spawner="thread")
     msgs = [knarr.SourceMessage(topic="t", partition=0, offset=o, value=b"{}") for o in range(30)]
     worker = Worker(config, Echo(), source=MemorySource(msgs))
     assert await asyncio.wait_for(worker.run(), 60) == 0

@@ -17,6 +17,16 @@ from tests.services.kafka import create_topic, unique_name
 BEHAVE = str(Path(__file__).resolve().parents[1] / "programs" / "behave")
 
 
+def local_config(tmp_path: Path, *, log_format: str = "console", **executor: Any) -> KnarrConfig:
+    """A worker for a MemorySource: outputs and dead letters to files under tmp_path, no metrics server."""
+    return config_from_dict({
+        "executor": executor,
+        "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}},
+        "dlq": {"path": str(tmp_path / "dlq.jsonl")},
+        "metrics": {"enabled": False}, "logging": {"level": "WARNING", "format": log_format},
+    })
+
+
 def kafka_config(bootstrap: str, topic: str, *, out_topic: str | None = None, tmp_path: Path | None = None,
                  executor: dict | None = None, sinks: dict | None = None, **sections: Any) -> KnarrConfig:
     group = unique_name("g")

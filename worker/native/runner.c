@@ -285,14 +285,27 @@ static int spawn(runner_t *r, job_t *job, pid_t *pid_out) {
 
 static void release(runner_t *r, job_t *job, pid_t pid, int status);
 
-static job_t *pop_held(runner_t *r) {
-    pthread_mutex_lock(&r->queue);
-    job_t *job = r->held_head;
+/* The submitted and the held tasks are FIFO lists (under `queue`). */
+static void push(job_t **head, job_t **tail, job_t *job) {
+    job->next = NULL;
+    if (*tail) (*tail)->next = job;
+    else *head = job;
+    *tail = job;
+}
+
+static job_t *pop(job_t **head, job_t **tail) {
+    job_t *job = *head;
     if (job) {
-        r->held_head = job->next;
-        if (!r->held_head) r->held_tail = NULL;
+        *head = job->next;
+        if (!*head) *tail = NULL;
         job->next = NULL;
     }
+    return job;
+}
+
+static job_t *pop_held(runner_t *r) {
+    pthread_mutex_lock(&r->queue);
+    job_t *job = pop(&r->held_head, &r->held_tail);
     pthread_mutex_unlock(&r->queue);
     return job;
 }
@@ -326,12 +339,7 @@ static void start_queued(runner_t *r) {
     for (;;) {
         pthread_mutex_lock(&r->jobs);
         pthread_mutex_lock(&r->queue);
-        job_t *job = r->queued_head;
-        if (job) {
-            r->queued_head = job->next;
-            if (!r->queued_head) r->queued_tail = NULL;
-            job->next = NULL;
-        }
+        job_t *job = pop(&r->queued_head, &r->queued_tail);
         pthread_mutex_unlock(&r->queue);
         if (!job) {
             pthread_mutex_unlock(&r->jobs);
@@ -491,10 +499,8 @@ int kr_submit(runner_t *r, int64_t id, const char *path, char *const *argv, char
     *job = (job_t){.id = id, .path = path, .argv = argv, .envp = envp, .in = in, .out = out, .err = err,
                    .expires_ns = expires_ns};
     pthread_mutex_lock(&r->queue);
-    job_t **head = hold ? &r->held_head : &r->queued_head, **tail = hold ? &r->held_tail : &r->queued_tail;
-    if (*tail) (*tail)->next = job;
-    else *head = job;
-    *tail = job;
+    if (hold) push(&r->held_head, &r->held_tail, job);
+    else push(&r->queued_head, &r->queued_tail, job);
     pthread_mutex_unlock(&r->queue);
     if (hold) return 0; /* a running task's end starts it, and wakes the thread anyway */
     uint64_t one = 1;
@@ -506,15 +512,8 @@ int kr_submit(runner_t *r, int64_t id, const char *path, char *const *argv, char
  * task gets it and starts. 1 if there was one, 0 if none is held. */
 int kr_pass(runner_t *r) {
     pthread_mutex_lock(&r->queue);
-    job_t *job = r->held_head;
-    if (job) {
-        r->held_head = job->next;
-        if (!r->held_head) r->held_tail = NULL;
-        job->next = NULL;
-        if (r->queued_tail) r->queued_tail->next = job;
-        else r->queued_head = job;
-        r->queued_tail = job;
-    }
+    job_t *job = pop(&r->held_head, &r->held_tail);
+    if (job) push(&r->queued_head, &r->queued_tail, job);
     pthread_mutex_unlock(&r->queue);
     if (!job) return 0;
     uint64_t one = 1;
