@@ -18,7 +18,7 @@
  * free, a place in the runner's held queue. A task with a slot starts at once; a held one starts
  * when a running task ends and passes it its slot, here on the thread, without a round trip
  * through the loop (or when the loop passes one over, kr_pass). While tasks are held the loop
- * need not hurry for ended ones, so its wake-up waits for `batch` of them, a millisecond at most.
+ * need not hurry for ended ones, so its wake-up waits for `batch` of them, HOLD_WAKE_MS at most.
  *
  * Every submitted task yields exactly one event: {id, pid, status, started_ns, slot}, status
  * being the wait status, or -errno when the spawn failed (-ECANCELED: killed before it started;
@@ -54,7 +54,7 @@
 extern char **environ;
 
 #define KR_ABI 4 /* bump when a signature or kr_event_t changes: native.py checks it */
-#define HOLD_WAKE_MS 1 /* the longest the thread holds back the loop's wake-up while it has held tasks to start */
+#define HOLD_WAKE_MS 3 /* the longest the thread holds back the loop's wake-up while it has held tasks to start */
 #define FRESH_PAIRS 8    /* stdout/stderr memfd pairs the thread keeps made, ready for the next tasks */
 #define DISCARD_WAKE 64  /* this many discarded descriptors wake the thread to close them */
 
