@@ -249,3 +249,15 @@ async def test_unset_spawn_ahead_holds_short_tasks_and_not_long_ones(holds):
     assert any(holds), "short tasks were never held"
     assert 0 < scheduler.held_max <= 4
     assert await _settled(scheduler) == (2, 0)
+
+
+async def test_two_pools_sharing_the_runner_never_pass_each_other_a_slot():
+    (slow, slow_pool), (quick, quick_pool) = _executor(1, 2), _executor(1, 2)
+    slow_runs = [slow.run(_task("date +%s%N; sleep 0.3; date +%s%N"), 0) for _ in range(3)]
+    quick_runs = [quick.run(_task("date +%s%N; sleep 0.05; date +%s%N"), 0) for _ in range(3)]
+    runs = await asyncio.gather(*slow_runs, *quick_runs)  # the slow pool's tasks are held first
+    for pool_runs in (runs[:3], runs[3:]):
+        spans = [tuple(int(line) for line in outcome.result.stdout.split()) for outcome, _ in pool_runs]
+        assert max(sum(1 for b, e in spans if b <= at < e) for at, _ in spans) == 1, "a pool ran two at once"
+    assert await _settled(slow_pool) == (1, 0)
+    assert await _settled(quick_pool) == (1, 0)

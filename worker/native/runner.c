@@ -53,7 +53,7 @@
 
 extern char **environ;
 
-#define KR_ABI 4 /* bump when a signature or kr_event_t changes: native.py checks it */
+#define KR_ABI 5 /* bump when a signature or kr_event_t changes: native.py checks it */
 #define HOLD_WAKE_MS 3 /* the longest the thread holds back the loop's wake-up while it has held tasks to start */
 #define FRESH_PAIRS 8    /* stdout/stderr memfd pairs the thread keeps made, ready for the next tasks */
 #define DISCARD_WAKE 64  /* this many discarded descriptors wake the thread to close them */
@@ -81,6 +81,7 @@ typedef struct job {
     int cancelled;
     int64_t expires_ns; /* held tasks: CLOCK_REALTIME after which they are dropped unstarted (0: never) */
     int64_t started_ns;
+    int owner; /* the pool scheduler that granted its slot (kr_submit) */
     pid_t pid;
     int pidfd;
     struct job *next, *prev;
@@ -303,9 +304,24 @@ static job_t *pop(job_t **head, job_t **tail) {
     return job;
 }
 
-static job_t *pop_held(runner_t *r) {
+/* The first held job of owner (under `queue`), out of the held queue; NULL if it has none. A slot
+ * only ever passes between tasks of one owner (one pool scheduler): two workers in one process
+ * share the runner, not their slots. */
+static job_t *take_held(runner_t *r, int owner) {
+    for (job_t *job = r->held_head, *before = NULL; job; before = job, job = job->next) {
+        if (job->owner != owner) continue;
+        if (before) before->next = job->next;
+        else r->held_head = job->next;
+        if (r->held_tail == job) r->held_tail = before;
+        job->next = NULL;
+        return job;
+    }
+    return NULL;
+}
+
+static job_t *pop_held(runner_t *r, int owner) {
     pthread_mutex_lock(&r->queue);
-    job_t *job = pop(&r->held_head, &r->held_tail);
+    job_t *job = take_held(r, owner);
     pthread_mutex_unlock(&r->queue);
     return job;
 }
@@ -329,7 +345,7 @@ static void start(runner_t *r, job_t *job) {
  * job takes the slot, and the job's event says so (SLOT_PASSED) or that the slot is free again
  * (SLOT_FREED). The job is freed. */
 static void release(runner_t *r, job_t *job, pid_t pid, int status) {
-    job_t *next = pop_held(r);
+    job_t *next = pop_held(r, job->owner);
     post(r, job, pid, status, next ? SLOT_PASSED : SLOT_FREED);
     free(job);
     if (next) start(r, next);
@@ -489,15 +505,15 @@ int kr_done_fd(runner_t *r) { return r->done_fd; }
 
 /* Queue a task. path, argv and envp must stay valid, and the descriptors open, until its event
  * arrives or kr_kill has returned for it. hold = 0: the task has a slot and starts at once; hold
- * = 1: it waits in the held queue until a task ending passes it its slot (or kr_pass gives it one)
- * and is dropped unstarted (-ETIME) if by then CLOCK_REALTIME has passed expires_ns (0: never).
- * Returns 0, or -ENOMEM. */
+ * = 1: it waits in the held queue until a task of the same owner ends and passes it its slot (or
+ * kr_pass gives it one), and is dropped unstarted (-ETIME) if by then CLOCK_REALTIME has passed
+ * expires_ns (0: never). Returns 0, or -ENOMEM. */
 int kr_submit(runner_t *r, int64_t id, const char *path, char *const *argv, char *const *envp, int in, int out,
-              int err, int hold, int64_t expires_ns) {
+              int err, int hold, int64_t expires_ns, int owner) {
     job_t *job = calloc(1, sizeof *job);
     if (!job) return -ENOMEM;
     *job = (job_t){.id = id, .path = path, .argv = argv, .envp = envp, .in = in, .out = out, .err = err,
-                   .expires_ns = expires_ns};
+                   .expires_ns = expires_ns, .owner = owner};
     pthread_mutex_lock(&r->queue);
     if (hold) push(&r->held_head, &r->held_tail, job);
     else push(&r->queued_head, &r->queued_tail, job);
@@ -508,11 +524,11 @@ int kr_submit(runner_t *r, int64_t id, const char *path, char *const *argv, char
     return 0;
 }
 
-/* A slot freed outside the runner (a persistent task's, or one the loop had left): the first held
- * task gets it and starts. 1 if there was one, 0 if none is held. */
-int kr_pass(runner_t *r) {
+/* A slot of owner's freed outside the runner (a persistent task's, or one the loop had left): its
+ * first held task gets it and starts. 1 if there was one, 0 if none is held. */
+int kr_pass(runner_t *r, int owner) {
     pthread_mutex_lock(&r->queue);
-    job_t *job = pop(&r->held_head, &r->held_tail);
+    job_t *job = take_held(r, owner);
     if (job) push(&r->queued_head, &r->queued_tail, job);
     pthread_mutex_unlock(&r->queue);
     if (!job) return 0;

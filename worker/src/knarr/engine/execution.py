@@ -68,7 +68,8 @@ class TaskExecutor:
         if self._adapts:
             scheduler.held_max = 0  # until the first task's duration is known
         if self._holds:
-            scheduler.pass_slot = self._runner.pass_slot
+            self._owner = owner = self._runner.new_owner()
+            scheduler.pass_slot = lambda: self._runner.pass_slot(owner)
             self._runner.set_batch(wake_batch(config.max_executors))
         self._prioritizes = defines(handler, "task_priority")  # else every task has the default priority
 
@@ -195,7 +196,7 @@ class TaskExecutor:
             else:
                 if native_run:  # the runner's event settles the grant (SlotScheduler.settle)
                     slot = RunnerSlot(held, task.expires_at, lambda fate: self.scheduler.settle(partition, fate),
-                                      self.scheduler.take_free)
+                                      self.scheduler.take_free, self._owner)
                 proc = await run_process([binary, *task.args], stdin=task.stdin, env=self._env_for(task),
                                          timeout=timeout, max_output_bytes=self.config.max_output_bytes,
                                          runner=self._runner, slot=slot)

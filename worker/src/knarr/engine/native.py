@@ -36,7 +36,7 @@ from knarr.engine.spawner import RESET_SIGNALS, EnvCache, c_strings, exec_arg
 from knarr.errors import ConfigError
 from knarr.observability.logging import get_logger
 
-ABI = 4  # runner.c's KR_ABI
+ABI = 5  # runner.c's KR_ABI
 FRESH_PAIRS = 8  # runner.c's: stdout/stderr memfd pairs its thread keeps made ahead
 LIBRARY = "_knarr_runner"  # site-packages/_knarr_runner.so, put there by the wheel
 _BATCH = 256
@@ -81,8 +81,8 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
     waiting.kr_started.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     quick.kr_done_fd.argtypes = [ctypes.c_void_p]
     quick.kr_submit.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
-                                ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64]
-    quick.kr_pass.argtypes = [ctypes.c_void_p]
+                                ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int]
+    quick.kr_pass.argtypes = [ctypes.c_void_p, ctypes.c_int]
     quick.kr_set_batch.argtypes = [ctypes.c_void_p, ctypes.c_int]
     quick.kr_set_batch.restype = None
     quick.kr_collect.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Event), ctypes.c_int]
@@ -124,6 +124,7 @@ class NativeRunner:
         self._pair = (ctypes.c_int * 2)()
         self._jobs: dict[int, NativeJob] = {}
         self._ids = itertools.count(1)
+        self._owners = itertools.count(1)
         self._env = EnvCache()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -140,18 +141,20 @@ class NativeRunner:
 
     def submit(self, argv: list[str], env: dict[str, str] | None, stdin: int, out: int, err: int, *,
                hold: bool = False, expires_at: float | None = None,
-               on_slot: Callable[[int], None] | None = None) -> NativeJob:
+               on_slot: Callable[[int], None] | None = None, owner: int = 0) -> NativeJob:
         """Queue ``argv``; raises what os.posix_spawnp would for arguments exec cannot take (ValueError, TypeError).
 
-        ``hold``: the task has no slot yet; it starts when a running task's end passes it one (or
-        ``pass_slot`` does), unless ``expires_at`` (Unix time) has passed by then (status -ETIME).
+        ``hold``: the task has no slot yet; it starts when a running task of the same ``owner`` (a
+        pool scheduler, see ``new_owner``) ends and passes it its slot (or ``pass_slot`` does), unless
+        ``expires_at`` (Unix time) has passed by then (status -ETIME).
         """
         encoded = [exec_arg(a) for a in argv]
         args = c_strings(encoded)
         envp = None if env is None else self._env.encoded(env)
         job = NativeJob(next(self._ids), self._loop.create_future(), (encoded, args, envp), on_slot)
         expires_ns = int(expires_at * 1e9) if hold and expires_at is not None else 0
-        code = self._lib.kr_submit(self._handle, job.id, encoded[0], args, envp, stdin, out, err, hold, expires_ns)
+        code = self._lib.kr_submit(self._handle, job.id, encoded[0], args, envp, stdin, out, err, hold, expires_ns,
+                                   owner)
         if code:
             raise OSError(-code, os.strerror(-code))
         self._jobs[job.id] = job
@@ -168,9 +171,13 @@ class NativeRunner:
         """Close ``fd`` on the runner's thread (soon, not now); the caller must never use it again."""
         self._lib.kr_discard(self._handle, fd)
 
-    def pass_slot(self) -> bool:
-        """A slot freed elsewhere goes to the first held task, which starts; False if none is held."""
-        return bool(self._lib.kr_pass(self._handle))
+    def new_owner(self) -> int:
+        """A number for one pool scheduler's tasks: slots pass only between tasks of one owner."""
+        return next(self._owners)
+
+    def pass_slot(self, owner: int) -> bool:
+        """A slot of ``owner``'s freed elsewhere goes to its first held task, which starts; False if none is held."""
+        return bool(self._lib.kr_pass(self._handle, owner))
 
     def set_batch(self, batch: int) -> None:
         """How many ended tasks the loop's wake-up may wait for while tasks are held (1: none)."""

@@ -252,11 +252,12 @@ class RunnerSlot:
     (``submitted``), its event tells ``on_slot`` what became of the slot (native.SLOT_*); before
     that, the caller gives the grant back itself."""
 
-    __slots__ = ("held", "expires_at", "on_slot", "take_free", "submitted")
+    __slots__ = ("held", "expires_at", "on_slot", "take_free", "owner", "submitted")
 
     def __init__(self, held: bool, expires_at: float | None, on_slot: Callable[[int], None],
-                 take_free: Callable[[], bool]) -> None:
+                 take_free: Callable[[], bool], owner: int) -> None:
         self.held, self.expires_at, self.on_slot, self.take_free = held, expires_at, on_slot, take_free
+        self.owner = owner  # the scheduler's number with the runner (NativeRunner.new_owner)
         self.submitted = False
 
 
@@ -331,7 +332,7 @@ async def _run_native(
                 if slot.held and slot.take_free():  # a slot came free since the grant: no need to wait
                     slot.held = False
                 job = runner.submit(argv, env, inp, out.fd, err.fd, hold=slot.held, expires_at=slot.expires_at,
-                                    on_slot=slot.on_slot)
+                                    on_slot=slot.on_slot, owner=slot.owner)
                 slot.submitted = True
         except (ValueError, TypeError) as exc:  # exec cannot take the arguments (e.g. a NUL byte)
             return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
