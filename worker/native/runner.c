@@ -307,14 +307,19 @@ static job_t *pop(job_t **head, job_t **tail) {
 /* The first held job of owner (under `queue`), out of the held queue; NULL if it has none. A slot
  * only ever passes between tasks of one owner (one pool scheduler): two workers in one process
  * share the runner, not their slots. */
+static void unlink_held(runner_t *r, job_t *before, job_t *job) {
+    if (before) before->next = job->next;
+    else r->held_head = job->next;
+    if (r->held_tail == job) r->held_tail = before;
+    job->next = NULL;
+}
+
 static job_t *take_held(runner_t *r, int owner) {
     for (job_t *job = r->held_head, *before = NULL; job; before = job, job = job->next) {
-        if (job->owner != owner) continue;
-        if (before) before->next = job->next;
-        else r->held_head = job->next;
-        if (r->held_tail == job) r->held_tail = before;
-        job->next = NULL;
-        return job;
+        if (job->owner == owner) {
+            unlink_held(r, before, job);
+            return job;
+        }
     }
     return NULL;
 }
@@ -639,9 +644,7 @@ int kr_kill(runner_t *r, int64_t id, double wait_seconds) {
     }
     for (job_t *job = r->held_head, *before = NULL; job; before = job, job = job->next) {
         if (job->id == id) { /* it has no slot: out of the queue, its event now */
-            if (before) before->next = job->next;
-            else r->held_head = job->next;
-            if (r->held_tail == job) r->held_tail = before;
+            unlink_held(r, before, job);
             pthread_mutex_unlock(&r->queue);
             post(r, job, 0, -ECANCELED, SLOT_NONE);
             free(job);

@@ -82,7 +82,9 @@ class SlotScheduler:
         self._dispatch()
 
     def give_back(self, partition: int, held: bool) -> None:
-        """A grant the runner never got (the task ended before it was submitted)."""
+        """A grant ends without a running task's slot passing on: a slot is free again, or (``held``)
+        one held place fewer is granted. Also for a grant the runner never got (the task ended before
+        it was submitted)."""
         if held:
             self._leave(partition)
             self.held -= 1
@@ -91,13 +93,11 @@ class SlotScheduler:
             self.release(partition)
 
     def settle(self, partition: int, slot: int) -> None:
-        """What the runner's event says became of a task's slot (native.SLOT_*: freed, passed, none)."""
-        if slot == 0:  # SLOT_FREED
-            self.release(partition)
-            return
-        self._leave(partition)
-        self.held -= 1  # passed: a held task has the slot now; none: a held task left unstarted
-        self._dispatch()
+        """What the runner's event says became of a task's slot (native.SLOT_*: freed, passed, none).
+
+        Freed, the slot is free again; passed (a held task has it now) or none (a held task left
+        unstarted), one held place fewer is granted: the same as giving a held place back."""
+        self.give_back(partition, held=slot != 0)  # 0: SLOT_FREED
 
     def take_free(self) -> bool:
         """A held place becomes a slot, if one is free (a task about to go to the runner needs not wait)."""
