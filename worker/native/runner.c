@@ -2,11 +2,22 @@
  * event loop and without the GIL (knarr/engine/native.py drives it through ctypes).
  *
  * One thread per runner owns every process it starts. The event loop submits a task (argv,
- * environment and the descriptors for stdin, stdout and stderr) and later collects one event
+ * environment, a stdin descriptor, its timeout and its output cap) and later collects one event
  * per task, in batches: an eventfd wakes the loop once for however many tasks ended meanwhile.
- * The thread also keeps a few stdout/stderr memfd pairs made ahead for the loop to take
- * (kr_take_pair), and closes the descriptors the loop is done with (kr_discard), so neither
- * costs the loop a system call. The thread spawns each task in a session of its own (so its
+ *
+ * Output and deadlines are the thread's too, so a task costs the loop no descriptor, read or
+ * timer. Each task's stdout and stderr are memfds the thread made ahead (a few pairs at a
+ * time). While it runs, the thread keeps each of them to the cap: it checks their sizes a
+ * first_check after the start, again that soon while the output floods in (fast_growth bytes
+ * or more since the last check), backing off to last_check otherwise, and cuts a file that
+ * has passed the cap back to it (the child's offset is shared, so it goes on writing at the
+ * cap and never sees an error). A task still running timeout after its start gets its group
+ * killed, and its event says so. Once the task has ended, the thread reads the kept head of
+ * each stream into the event and closes the memfds and the stdin descriptor (a memfd's last
+ * close frees its pages: that costs the loop nothing here). kr_new takes the check timings
+ * from knarr/engine/capture.py, which the spawner thread's tasks follow too.
+ *
+ * The thread spawns each task in a session of its own (so its
  * whole tree can be killed), with the signals kr_new was given (SIGPIPE, SIGXFSZ) at their
  * defaults and no signal blocked, then waits on the tasks' pidfds with one epoll. It spawns
  * as posix_spawnp does (clone with CLONE_VM | CLONE_VFORK, the PATH lookup, the same errors)
@@ -20,15 +31,16 @@
  * through the loop (or when the loop passes one over, kr_pass). While tasks are held the loop
  * need not hurry for ended ones, so its wake-up waits for `batch` of them, HOLD_WAKE_MS at most.
  *
- * Every submitted task yields exactly one event: {id, pid, status, started_ns, slot}, status
- * being the wait status, or -errno when the spawn failed (-ECANCELED: killed before it started;
- * -ETIME: it expired while held), and slot what became of its slot (SLOT_*), which the loop's
- * scheduler mirrors.
+ * Every submitted task yields exactly one event: {id, pid, status, started_ns, slot, flags, its
+ * output}, status being the wait status, or -errno when the spawn failed (-ECANCELED: killed
+ * before it started; -ETIME: it expired while held), slot what became of its slot (SLOT_*),
+ * which the loop's scheduler mirrors, and flags whether its deadline killed it and which
+ * stream was cut at the cap.
  *
  * Locks: `jobs` covers the running list, each spawn from the clone until the process is
- * listed, each reap (and the start of the held task it passes its slot to), and kills; `queue`
- * covers submitted tasks not started yet (held or not), the events, the fresh memfd pairs and
- * the discarded descriptors. Whoever takes both takes `jobs` first.
+ * listed, each reap (and the start of the held task it passes its slot to), the deadline and
+ * cap checks, and kills; `queue` covers submitted tasks not started yet (held or not), the
+ * events and the fresh memfd pairs. Whoever takes both takes `jobs` first.
  * Holding `jobs` (kr_pause) therefore means no task process exists that is not listed:
  * containment's sweep of detached orphans (containment.py) relies on it to leave the runner's
  * processes alone.
@@ -47,16 +59,16 @@
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 extern char **environ;
 
-#define KR_ABI 5 /* bump when a signature or kr_event_t changes: native.py checks it */
+#define KR_ABI 6 /* bump when a signature or kr_event_t changes: native.py checks it */
 #define HOLD_WAKE_MS 3 /* the longest the thread holds back the loop's wake-up while it has held tasks to start */
 #define FRESH_PAIRS 8    /* stdout/stderr memfd pairs the thread keeps made, ready for the next tasks */
-#define DISCARD_WAKE 64  /* this many discarded descriptors wake the thread to close them */
 
 typedef struct {
     int64_t id;
@@ -64,8 +76,15 @@ typedef struct {
     int32_t status;     /* wait status, or -errno */
     int64_t started_ns; /* CLOCK_MONOTONIC when it was spawned, 0 when it never was */
     int32_t slot;       /* SLOT_FREED, SLOT_PASSED or SLOT_NONE */
-    int32_t unused;
+    int32_t flags;      /* TIMED_OUT, OUT_CUT, ERR_CUT */
+    const char *out, *err; /* the kept heads of stdout and stderr (NULL: empty), valid until the next kr_collect */
+    int64_t out_len, err_len;
 } kr_event_t;
+
+/* kr_event_t.flags (native.py reads the same numbers). */
+#define TIMED_OUT 1 /* its deadline passed: its group was killed */
+#define OUT_CUT 2   /* stdout went past the cap: only its head is kept */
+#define ERR_CUT 4   /* the same for stderr */
 
 /* kr_event_t.slot: what became of the slot the task had (native.py reads the same numbers). */
 #define SLOT_FREED 0  /* free again */
@@ -77,11 +96,19 @@ typedef struct job {
     const char *path;
     char *const *argv;
     char *const *envp; /* NULL: the worker's own environment */
-    int in, out, err;  /* in < 0: /dev/null */
+    int in;            /* the runner's once submitted; < 0: /dev/null */
+    int out[2];        /* stdout, stderr: memfds the runner gives it when it starts (-1 until then) */
     int cancelled;
     int64_t expires_ns; /* held tasks: CLOCK_REALTIME after which they are dropped unstarted (0: never) */
     int64_t started_ns;
     int owner; /* the pool scheduler that granted its slot (kr_submit) */
+    int64_t timeout_ns, cap;      /* from kr_submit: its deadline after its start (0: none), bytes kept per stream */
+    int64_t deadline_ns;          /* CLOCK_MONOTONIC; 0: none, or it has passed */
+    int64_t check_ns, check_gap;  /* the next output check, and the gap before it */
+    int64_t seen[2];              /* stream sizes at the last check */
+    int flags;                    /* TIMED_OUT, OUT_CUT, ERR_CUT */
+    char *head[2];                /* the kept heads, read once it has ended; they go with its event */
+    int64_t head_len[2];
     pid_t pid;
     int pidfd;
     struct job *next, *prev;
@@ -96,10 +123,11 @@ typedef struct {
     kr_event_t *events;
     size_t n_events, cap_events;
     int signalled;
-    int fresh[FRESH_PAIRS][2]; /* under `queue`: made by the thread, taken by the loop */
+    char **spent;     /* under `queue`: the heads the last kr_collect handed over, freed by the next */
+    size_t n_spent, cap_spent;
+    int fresh[FRESH_PAIRS][2]; /* made by the thread ahead, for the tasks it starts */
     int n_fresh;
-    int *discarded; /* under `queue`: descriptors the loop is done with, for the thread to close */
-    size_t n_discarded, cap_discarded;
+    int64_t first_check, last_check, fast_growth; /* capture.py's output-check timings (ns) and growth (bytes) */
     int epfd, wake_fd, done_fd;
     sigset_t defaults; /* what the tasks start with at their defaults */
     char *stack;       /* the children's, until they exec (spawns are one at a time) */
@@ -115,7 +143,8 @@ static const char DEV_NULL[] = "/dev/null";
 int kr_abi(void) { return KR_ABI; }
 
 /* --- events (under `queue`) ------------------------------------------------------------- */
-static void post(runner_t *r, const job_t *job, pid_t pid, int status, int slot) {
+/* Post the job's event; its output heads go with it. */
+static void post(runner_t *r, job_t *job, pid_t pid, int status, int slot) {
     pthread_mutex_lock(&r->queue);
     if (r->n_events == r->cap_events) {
         size_t cap = r->cap_events ? r->cap_events * 2 : 256;
@@ -129,7 +158,9 @@ static void post(runner_t *r, const job_t *job, pid_t pid, int status, int slot)
         r->events = grown;
         r->cap_events = cap;
     }
-    r->events[r->n_events++] = (kr_event_t){job->id, (int32_t)pid, status, job->started_ns, slot, 0};
+    r->events[r->n_events++] = (kr_event_t){job->id, (int32_t)pid, status, job->started_ns, slot, job->flags,
+                                            job->head[0], job->head[1], job->head_len[0], job->head_len[1]};
+    job->head[0] = job->head[1] = NULL;
     pthread_mutex_unlock(&r->queue);
 }
 
@@ -235,8 +266,8 @@ static int child(void *arg) {
     }
     sigset_t none;
     sigemptyset(&none);
-    if (setsid() < 0 || (job->in >= 0 ? place(job->in, 0) : open_at(0, DEV_NULL)) < 0 || place(job->out, 1) < 0 ||
-        place(job->err, 2) < 0 || sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+    if (setsid() < 0 || (job->in >= 0 ? place(job->in, 0) : open_at(0, DEV_NULL)) < 0 || place(job->out[0], 1) < 0 ||
+        place(job->out[1], 2) < 0 || sigprocmask(SIG_SETMASK, &none, NULL) < 0)
         goto failed;
     exec_found(job->path, job->argv, job->envp ? job->envp : environ, s->search);
 failed:
@@ -277,6 +308,9 @@ static int spawn(runner_t *r, job_t *job, pid_t *pid_out) {
     job->pid = pid;
     job->pidfd = pidfd;
     job->started_ns = started;
+    job->deadline_ns = job->timeout_ns > 0 ? started + job->timeout_ns : 0;
+    job->check_gap = r->first_check;
+    job->check_ns = started + r->first_check;
     job->prev = NULL;
     job->next = r->running;
     if (r->running) r->running->prev = job;
@@ -331,6 +365,21 @@ static job_t *pop_held(runner_t *r, int owner) {
     return job;
 }
 
+/* A stdout/stderr memfd pair for the job: one made ahead (tend), else made now; 0 or an errno. */
+static int give_memfds(runner_t *r, job_t *job) {
+    pthread_mutex_lock(&r->queue);
+    if (r->n_fresh > 0) {
+        r->n_fresh--;
+        job->out[0] = r->fresh[r->n_fresh][0];
+        job->out[1] = r->fresh[r->n_fresh][1];
+    }
+    pthread_mutex_unlock(&r->queue);
+    if (job->out[0] >= 0) return 0;
+    job->out[0] = memfd_create("knarr-stdout", MFD_CLOEXEC);
+    if (job->out[0] >= 0) job->out[1] = memfd_create("knarr-stderr", MFD_CLOEXEC);
+    return job->out[1] >= 0 ? 0 : errno;
+}
+
 /* Start a job that has a slot (under `jobs`); if it cannot run, its slot goes on (below). */
 static void start(runner_t *r, job_t *job) {
     if (job->cancelled) {
@@ -341,19 +390,86 @@ static void start(runner_t *r, job_t *job) {
         release(r, job, 0, -ETIME);
         return;
     }
-    pid_t pid;
-    int error = spawn(r, job, &pid);
+    pid_t pid = 0;
+    int error = give_memfds(r, job);
+    if (!error) error = spawn(r, job, &pid);
     if (error) release(r, job, pid, -error);
+}
+
+/* Close the job's descriptors and free it (its heads went with its event). */
+static void drop(job_t *job) {
+    if (job->in >= 0) close(job->in);
+    for (int i = 0; i < 2; i++) {
+        if (job->out[i] >= 0) close(job->out[i]);
+        free(job->head[i]);
+    }
+    free(job);
 }
 
 /* The job has ended, or will never run, and lets go of its slot (under `jobs`): the next held
  * job takes the slot, and the job's event says so (SLOT_PASSED) or that the slot is free again
- * (SLOT_FREED). The job is freed. */
+ * (SLOT_FREED). The job is dropped once the next one has started. */
 static void release(runner_t *r, job_t *job, pid_t pid, int status) {
     job_t *next = pop_held(r, job->owner);
     post(r, job, pid, status, next ? SLOT_PASSED : SLOT_FREED);
-    free(job);
     if (next) start(r, next);
+    drop(job);
+}
+
+/* Keep one of a running job's streams to the cap: a file past it is cut back (the offset first,
+ * so a write racing with the cut lands past the cap and is cut next time). How much it grew since
+ * the last check. */
+static int64_t keep_to_cap(job_t *job, int i) {
+    struct stat st;
+    if (fstat(job->out[i], &st) < 0) return 0;
+    int64_t size = st.st_size, grown = size > job->seen[i] ? size - job->seen[i] : 0;
+    if (size > job->cap) {
+        lseek(job->out[i], job->cap, SEEK_SET);
+        if (ftruncate(job->out[i], job->cap) == 0) size = job->cap;
+        job->flags |= i ? ERR_CUT : OUT_CUT;
+    }
+    job->seen[i] = size;
+    return grown;
+}
+
+/* The kept head of an ended job's stream, into job->head[i] (the cap at most). */
+static void read_head(job_t *job, int i) {
+    struct stat st;
+    if (fstat(job->out[i], &st) < 0) return;
+    if (st.st_size > job->cap) job->flags |= i ? ERR_CUT : OUT_CUT;
+    int64_t keep = st.st_size < job->cap ? st.st_size : job->cap, got = 0;
+    if (keep <= 0) return;
+    char *head = malloc((size_t)keep);
+    if (!head) return; /* no memory for it: the task's output reads as empty */
+    while (got < keep) {
+        ssize_t n = pread(job->out[i], head + got, (size_t)(keep - got), got);
+        if (n <= 0) break; /* shrunk under us: a descendant that left the group truncated it */
+        got += n;
+    }
+    job->head[i] = head;
+    job->head_len[i] = got;
+}
+
+/* Running jobs' deadlines and output checks that are due (under `jobs`); when the next one is
+ * due (CLOCK_MONOTONIC), 0 if none is. */
+static int64_t watch(runner_t *r, int64_t now) {
+    int64_t next = 0;
+    for (job_t *job = r->running; job; job = job->next) {
+        if (job->deadline_ns && now >= job->deadline_ns) {
+            kill(-job->pid, SIGKILL); /* its exit, on the pidfd, ends it */
+            job->flags |= TIMED_OUT;
+            job->deadline_ns = 0;
+        }
+        if (job->check_ns && now >= job->check_ns) {
+            int64_t grown = keep_to_cap(job, 0) + keep_to_cap(job, 1);
+            job->check_gap = grown >= r->fast_growth ? r->first_check
+                             : job->check_gap * 2 < r->last_check ? job->check_gap * 2 : r->last_check;
+            job->check_ns = now + job->check_gap;
+        }
+        if (job->deadline_ns && (!next || job->deadline_ns < next)) next = job->deadline_ns;
+        if (job->check_ns && (!next || job->check_ns < next)) next = job->check_ns;
+    }
+    return next;
 }
 
 static void start_queued(runner_t *r) {
@@ -381,24 +497,15 @@ static void reap(runner_t *r, job_t *job) {
     epoll_ctl(r->epfd, EPOLL_CTL_DEL, job->pidfd, NULL);
     close(job->pidfd);
     unlist(r, job);
+    read_head(job, 0);
+    read_head(job, 1);
     release(r, job, job->pid, status);
     pthread_cond_broadcast(&r->reaped);
     pthread_mutex_unlock(&r->jobs);
 }
 
-/* The descriptors' housekeeping, after the tasks are served: close what the loop discarded and
- * make memfd pairs up to FRESH_PAIRS. Both cost the kernel more than a spawn's bookkeeping (a
- * memfd's last close frees its pages), and here they cost the loop nothing. */
+/* After the tasks are served: make memfd pairs up to FRESH_PAIRS, ready for the next tasks. */
 static void tend(runner_t *r) {
-    for (;;) {
-        int batch[64];
-        int n = 0;
-        pthread_mutex_lock(&r->queue);
-        while (n < 64 && r->n_discarded) batch[n++] = r->discarded[--r->n_discarded];
-        pthread_mutex_unlock(&r->queue);
-        for (int i = 0; i < n; i++) close(batch[i]);
-        if (n < 64) break;
-    }
     for (;;) {
         pthread_mutex_lock(&r->queue);
         int full = r->n_fresh == FRESH_PAIRS;
@@ -406,7 +513,7 @@ static void tend(runner_t *r) {
         if (full) return;
         int out = memfd_create("knarr-stdout", MFD_CLOEXEC);
         int err = out < 0 ? -1 : memfd_create("knarr-stderr", MFD_CLOEXEC);
-        if (err < 0) { /* out of descriptors or memory: the loop makes its own meanwhile */
+        if (err < 0) { /* out of descriptors or memory: a task's start tries again (give_memfds) */
             if (out >= 0) close(out);
             return;
         }
@@ -432,11 +539,14 @@ static void *serve(void *arg) {
     int64_t held_since = 0; /* CLOCK_MONOTONIC when the loop's wake-up was first held back, 0: it is not */
     for (;;) {
         tend(r);
+        int64_t now = now_ns(CLOCK_MONOTONIC);
+        pthread_mutex_lock(&r->jobs);
+        int64_t due = watch(r, now);
+        pthread_mutex_unlock(&r->jobs);
+        if (held_since && (!due || held_since + HOLD_WAKE_MS * 1000000LL < due))
+            due = held_since + HOLD_WAKE_MS * 1000000LL;
         int timeout = -1;
-        if (held_since) {
-            int64_t left = held_since + HOLD_WAKE_MS * 1000000LL - now_ns(CLOCK_MONOTONIC);
-            timeout = left > 0 ? (int)((left + 999999) / 1000000) : 0;
-        }
+        if (due) timeout = due > now ? (int)((due - now + 999999) / 1000000) : 0;
         int n = epoll_wait(r->epfd, events, 64, timeout);
         for (int i = 0; i < n; i++) {
             if (events[i].data.ptr == NULL) {
@@ -461,10 +571,15 @@ static void *serve(void *arg) {
 
 /* A new runner with its thread started, or NULL (errno says why). Its tasks start with the n
  * signals in reset at their defaults (spawner.RESET_SIGNALS: Python ignores them, and an ignored
- * signal stays ignored across exec). One per process is plenty. */
-runner_t *kr_new(const int *reset, int n) {
+ * signal stays ignored across exec). Their outputs are checked first_check_ns after their start,
+ * then as capture.py's next_check_delay says (fast_growth bytes, last_check_ns). One per process
+ * is plenty. */
+runner_t *kr_new(const int *reset, int n, int64_t first_check_ns, int64_t last_check_ns, int64_t fast_growth) {
     runner_t *r = calloc(1, sizeof *r);
     if (!r) return NULL;
+    r->first_check = first_check_ns > 0 ? first_check_ns : 1000000;
+    r->last_check = last_check_ns > r->first_check ? last_check_ns : r->first_check;
+    r->fast_growth = fast_growth;
     pthread_mutex_init(&r->jobs, NULL);
     pthread_mutex_init(&r->queue, NULL);
     pthread_cond_init(&r->reaped, NULL);
@@ -508,17 +623,19 @@ fail:;
 /* The eventfd that becomes readable when events are waiting. */
 int kr_done_fd(runner_t *r) { return r->done_fd; }
 
-/* Queue a task. path, argv and envp must stay valid, and the descriptors open, until its event
- * arrives or kr_kill has returned for it. hold = 0: the task has a slot and starts at once; hold
+/* Queue a task. path, argv and envp must stay valid until its event arrives or kr_kill has
+ * returned for it; in (its stdin, < 0: /dev/null) is the runner's once this returns 0, and it
+ * closes it. The task is killed if it still runs timeout_ns after its start (0: never), and cap
+ * bytes of each of its streams are kept. hold = 0: the task has a slot and starts at once; hold
  * = 1: it waits in the held queue until a task of the same owner ends and passes it its slot (or
  * kr_pass gives it one), and is dropped unstarted (-ETIME) if by then CLOCK_REALTIME has passed
  * expires_ns (0: never). Returns 0, or -ENOMEM. */
-int kr_submit(runner_t *r, int64_t id, const char *path, char *const *argv, char *const *envp, int in, int out,
-              int err, int hold, int64_t expires_ns, int owner) {
+int kr_submit(runner_t *r, int64_t id, const char *path, char *const *argv, char *const *envp, int in,
+              int64_t timeout_ns, int64_t cap, int hold, int64_t expires_ns, int owner) {
     job_t *job = calloc(1, sizeof *job);
     if (!job) return -ENOMEM;
-    *job = (job_t){.id = id, .path = path, .argv = argv, .envp = envp, .in = in, .out = out, .err = err,
-                   .expires_ns = expires_ns, .owner = owner};
+    *job = (job_t){.id = id, .path = path, .argv = argv, .envp = envp, .in = in, .out = {-1, -1},
+                   .timeout_ns = timeout_ns, .cap = cap > 0 ? cap : 0, .expires_ns = expires_ns, .owner = owner};
     pthread_mutex_lock(&r->queue);
     if (hold) push(&r->held_head, &r->held_tail, job);
     else push(&r->queued_head, &r->queued_tail, job);
@@ -549,50 +666,27 @@ void kr_set_batch(runner_t *r, int batch) {
     pthread_mutex_unlock(&r->queue);
 }
 
-/* A fresh stdout/stderr memfd pair for a task: 1 with pair filled, 0 when none is ready (the
- * caller makes its own). The pair is the caller's from now on. */
-int kr_take_pair(runner_t *r, int *pair) {
-    pthread_mutex_lock(&r->queue);
-    int got = r->n_fresh > 0;
-    if (got) {
-        r->n_fresh--;
-        pair[0] = r->fresh[r->n_fresh][0];
-        pair[1] = r->fresh[r->n_fresh][1];
-    }
-    pthread_mutex_unlock(&r->queue);
-    return got;
-}
-
-/* Hand a descriptor the caller is done with to the thread, which closes it the next time it is
- * awake (every spawn and every exit wakes it; DISCARD_WAKE of them wake it by themselves). The
- * caller must not use fd again, nor pass it to a task submitted later. */
-void kr_discard(runner_t *r, int fd) {
-    pthread_mutex_lock(&r->queue);
-    if (r->n_discarded == r->cap_discarded) {
-        size_t cap = r->cap_discarded ? r->cap_discarded * 2 : 128;
-        int *grown = realloc(r->discarded, cap * sizeof *grown);
-        if (!grown) {
-            pthread_mutex_unlock(&r->queue);
-            close(fd); /* no memory to queue it: the caller pays for this one close */
-            return;
-        }
-        r->discarded = grown;
-        r->cap_discarded = cap;
-    }
-    r->discarded[r->n_discarded++] = fd;
-    int wake = r->n_discarded >= DISCARD_WAKE;
-    pthread_mutex_unlock(&r->queue);
-    if (wake) {
-        uint64_t one = 1;
-        if (write(r->wake_fd, &one, sizeof one) < 0) { /* the counter is full: the thread is awake anyway */ }
-    }
-}
-
-/* Move up to max waiting events into out; returns how many. */
+/* Move up to max waiting events into out; returns how many. Their output heads stay valid until
+ * the next kr_collect (which frees them). */
 int kr_collect(runner_t *r, kr_event_t *out, int max) {
     pthread_mutex_lock(&r->queue);
+    for (size_t i = 0; i < r->n_spent; i++) free(r->spent[i]);
+    r->n_spent = 0;
     size_t n = r->n_events < (size_t)max ? r->n_events : (size_t)max;
+    if (2 * n > r->cap_spent) {
+        char **grown = realloc(r->spent, 2 * (size_t)max * sizeof *grown);
+        if (!grown) { /* no memory to list them: hand over none this time, the loop asks again */
+            pthread_mutex_unlock(&r->queue);
+            return 0;
+        }
+        r->spent = grown;
+        r->cap_spent = 2 * (size_t)max;
+    }
     memcpy(out, r->events, n * sizeof *out);
+    for (size_t i = 0; i < n; i++) {
+        if (out[i].out) r->spent[r->n_spent++] = (char *)out[i].out;
+        if (out[i].err) r->spent[r->n_spent++] = (char *)out[i].err;
+    }
     memmove(r->events, r->events + n, (r->n_events - n) * sizeof *out);
     r->n_events -= n;
     if (!r->n_events && r->signalled) {
@@ -608,23 +702,6 @@ static job_t *find_running(runner_t *r, int64_t id) {
     for (job_t *job = r->running; job; job = job->next)
         if (job->id == id) return job;
     return NULL;
-}
-
-/* When the task was spawned (CLOCK_MONOTONIC ns), 0 while it waits to start, -1 once it has ended. */
-int64_t kr_started(runner_t *r, int64_t id) {
-    pthread_mutex_lock(&r->jobs);
-    job_t *job = find_running(r, id);
-    int64_t started = job ? job->started_ns : -1;
-    if (!job) {
-        pthread_mutex_lock(&r->queue);
-        for (job_t *q = r->queued_head; q && started < 0; q = q->next)
-            if (q->id == id) started = 0;
-        for (job_t *q = r->held_head; q && started < 0; q = q->next)
-            if (q->id == id) started = 0;
-        pthread_mutex_unlock(&r->queue);
-    }
-    pthread_mutex_unlock(&r->jobs);
-    return started;
 }
 
 /* Stop a task: 1 if it had not started (it never will; its event says -ECANCELED), 2 if it was
@@ -647,7 +724,7 @@ int kr_kill(runner_t *r, int64_t id, double wait_seconds) {
             unlink_held(r, before, job);
             pthread_mutex_unlock(&r->queue);
             post(r, job, 0, -ECANCELED, SLOT_NONE);
-            free(job);
+            drop(job);
             notify(r, 1);
             pthread_mutex_unlock(&r->jobs);
             return 1;

@@ -3,10 +3,12 @@
 The spawner thread (spawner.py) keeps fork and exec off the event loop, but still pays for
 Python on every task: its own bytecode and ctypes calls under the GIL, and, on the loop, a
 pidfd to register and unregister, a waitpid, a group kill and a close. The native runner does
-all of that in C: the loop submits argv, environment and descriptors in one call and gets one
-event per ended task, in batches, through a single eventfd that stays registered with the loop.
-The thread also makes the tasks' stdout/stderr memfds ahead (a few pairs at a time) and closes
-them once the loop has read them, so the loop makes no system call for them but the reads.
+all of that in C: the loop submits argv, environment, stdin, timeout and output cap in one call
+and gets one event per ended task, in batches, through a single eventfd that stays registered
+with the loop. The event carries the task's output: the thread owns each task's stdout/stderr
+memfds (made ahead, a few pairs at a time), keeps them to the cap while the task runs (capture.py's
+checks), kills the task's group at its deadline, and reads the kept heads once it has ended. So
+a task costs the loop no descriptor, read or timer of its own.
 And it holds tasks ready (``executor.spawn_ahead``): a task submitted with ``hold`` starts the
 moment a running task ends, on the thread, and each task's event says what became of its slot,
 which the pool scheduler mirrors (scheduling.py).
@@ -32,11 +34,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from knarr.engine.capture import FAST_GROWTH_BYTES, FIRST_CHECK_SECONDS, LAST_CHECK_SECONDS
 from knarr.engine.spawner import RESET_SIGNALS, EnvCache, c_strings, exec_arg
 from knarr.errors import ConfigError
 from knarr.observability.logging import get_logger
 
-ABI = 5  # runner.c's KR_ABI
+ABI = 6  # runner.c's KR_ABI
 FRESH_PAIRS = 8  # runner.c's: stdout/stderr memfd pairs its thread keeps made ahead
 LIBRARY = "_knarr_runner"  # site-packages/_knarr_runner.so, put there by the wheel
 _BATCH = 256
@@ -44,13 +47,31 @@ KILL_WAIT_SECONDS = 5.0  # a cancelled task's group got SIGKILL: this long at mo
 # What became of the slot a task had, in its event (runner.c's SLOT_*): free again, taken by the
 # next held task, or none (it left the held queue unstarted).
 SLOT_FREED, SLOT_PASSED, SLOT_NONE = 0, 1, 2
+# An event's flags (runner.c's): its deadline killed it; stdout, stderr went past the cap.
+TIMED_OUT, OUT_CUT, ERR_CUT = 1, 2, 4
 
 log = get_logger(component="native-runner")
 
 
 class _Event(ctypes.Structure):
     _fields_ = [("id", ctypes.c_int64), ("pid", ctypes.c_int32), ("status", ctypes.c_int32),
-                ("started_ns", ctypes.c_int64), ("slot", ctypes.c_int32), ("unused", ctypes.c_int32)]
+                ("started_ns", ctypes.c_int64), ("slot", ctypes.c_int32), ("flags", ctypes.c_int32),
+                ("out", ctypes.c_void_p), ("err", ctypes.c_void_p),
+                ("out_len", ctypes.c_int64), ("err_len", ctypes.c_int64)]
+
+
+@dataclass(slots=True)
+class Ended:
+    """What the runner says of a task's end: ``status`` a wait status, or -errno when it never ran;
+    ``started_ns`` the CLOCK_MONOTONIC time of its spawn (0: it never started); ``flags`` TIMED_OUT,
+    OUT_CUT, ERR_CUT; ``stdout``/``stderr`` the kept heads of its streams."""
+
+    pid: int
+    status: int
+    started_ns: int
+    flags: int
+    stdout: bytes
+    stderr: bytes
 
 
 class NativeRunnerMissing(RuntimeError):
@@ -75,13 +96,13 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
         raise NativeRunnerMissing(f"knarr's native task runner at {spec.origin} is from another knarr version "
                                   f"(ABI {quick.kr_abi()}, expected {ABI}); reinstall knarr")
     waiting.kr_new.restype = ctypes.c_void_p
-    waiting.kr_new.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    waiting.kr_new.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                               ctypes.c_int64]
     waiting.kr_kill.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double]
-    waiting.kr_started.restype = ctypes.c_int64
-    waiting.kr_started.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     quick.kr_done_fd.argtypes = [ctypes.c_void_p]
     quick.kr_submit.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
-                                ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int]
+                                ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int64,
+                                ctypes.c_int]
     quick.kr_pass.argtypes = [ctypes.c_void_p, ctypes.c_int]
     quick.kr_set_batch.argtypes = [ctypes.c_void_p, ctypes.c_int]
     quick.kr_set_batch.restype = None
@@ -90,17 +111,13 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
     quick.kr_resume.argtypes = [ctypes.c_void_p]
     quick.kr_resume.restype = None
     quick.kr_owns.argtypes = [ctypes.c_void_p, ctypes.c_int]
-    quick.kr_take_pair.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-    quick.kr_discard.argtypes = [ctypes.c_void_p, ctypes.c_int]
-    quick.kr_discard.restype = None
     return waiting, quick
 
 
 @dataclass(slots=True)
 class NativeJob:
-    """A submitted task: ``ended`` gets (pid, status, started_ns), status being a wait status or -errno,
-    started_ns the CLOCK_MONOTONIC time of its spawn (0: it never started). ``on_slot`` hears what
-    became of its slot (SLOT_*), whether or not anyone still waits for ``ended``."""
+    """A submitted task: ``ended`` gets its ``Ended``. ``on_slot`` hears what became of its slot
+    (SLOT_*), whether or not anyone still waits for ``ended``."""
 
     id: int
     ended: asyncio.Future
@@ -114,14 +131,14 @@ class NativeRunner:
     def __init__(self) -> None:
         self._waiting, self._lib = _load()
         reset = (ctypes.c_int * len(RESET_SIGNALS))(*RESET_SIGNALS)
-        handle = self._waiting.kr_new(reset, len(RESET_SIGNALS))
+        handle = self._waiting.kr_new(reset, len(RESET_SIGNALS), int(FIRST_CHECK_SECONDS * 1e9),
+                                      int(LAST_CHECK_SECONDS * 1e9), FAST_GROWTH_BYTES)
         if not handle:
             code = ctypes.get_errno()
             raise NativeRunnerMissing(f"knarr's native task runner cannot start its thread ({os.strerror(code)})")
         self._handle = ctypes.c_void_p(handle)
         self._fd = self._lib.kr_done_fd(self._handle)
         self._events = (_Event * _BATCH)()
-        self._pair = (ctypes.c_int * 2)()
         self._jobs: dict[int, NativeJob] = {}
         self._ids = itertools.count(1)
         self._owners = itertools.count(1)
@@ -139,11 +156,14 @@ class NativeRunner:
         self._loop = loop
         return True
 
-    def submit(self, argv: list[str], env: dict[str, str] | None, stdin: int, out: int, err: int, *,
+    def submit(self, argv: list[str], env: dict[str, str] | None, stdin: int, timeout: float, cap: int, *,
                hold: bool = False, expires_at: float | None = None,
                on_slot: Callable[[int], None] | None = None, owner: int = 0) -> NativeJob:
         """Queue ``argv``; raises what os.posix_spawnp would for arguments exec cannot take (ValueError, TypeError).
 
+        ``stdin`` (a descriptor, -1: /dev/null) is the runner's once this returns, which closes it.
+        The task's group is killed if it still runs ``timeout`` seconds after its start, and ``cap``
+        bytes of each of its streams are kept.
         ``hold``: the task has no slot yet; it starts when a running task of the same ``owner`` (a
         pool scheduler, see ``new_owner``) ends and passes it its slot (or ``pass_slot`` does), unless
         ``expires_at`` (Unix time) has passed by then (status -ETIME).
@@ -153,23 +173,12 @@ class NativeRunner:
         envp = None if env is None else self._env.encoded(env)
         job = NativeJob(next(self._ids), self._loop.create_future(), (encoded, args, envp), on_slot)
         expires_ns = int(expires_at * 1e9) if hold and expires_at is not None else 0
-        code = self._lib.kr_submit(self._handle, job.id, encoded[0], args, envp, stdin, out, err, hold, expires_ns,
-                                   owner)
+        code = self._lib.kr_submit(self._handle, job.id, encoded[0], args, envp, stdin, int(timeout * 1e9), cap, hold,
+                                   expires_ns, owner)
         if code:
             raise OSError(-code, os.strerror(-code))
         self._jobs[job.id] = job
         return job
-
-    def take_pair(self) -> tuple[int, int] | None:
-        """A stdout/stderr memfd pair the runner made ahead (now the caller's), or None when none is ready."""
-        pair = self._pair
-        if self._lib.kr_take_pair(self._handle, pair):
-            return pair[0], pair[1]
-        return None
-
-    def discard(self, fd: int) -> None:
-        """Close ``fd`` on the runner's thread (soon, not now); the caller must never use it again."""
-        self._lib.kr_discard(self._handle, fd)
 
     def new_owner(self) -> int:
         """A number for one pool scheduler's tasks: slots pass only between tasks of one owner."""
@@ -182,11 +191,6 @@ class NativeRunner:
     def set_batch(self, batch: int) -> None:
         """How many ended tasks the loop's wake-up may wait for while tasks are held (1: none)."""
         self._lib.kr_set_batch(self._handle, batch)
-
-    def started(self, job: NativeJob) -> float | None:
-        """When the task's process started (time.monotonic()), None while it waits to start or once it has ended."""
-        started = self._waiting.kr_started(self._handle, job.id)
-        return started / 1e9 if started > 0 else None
 
     def kill(self, job: NativeJob, wait: bool = False) -> None:
         """SIGKILL the task's group (or make sure it never starts); ``wait``: until it is reaped.
@@ -205,7 +209,10 @@ class NativeRunner:
                 if job.on_slot is not None:
                     job.on_slot(event.slot)
                 if not job.ended.done() and job.ended.get_loop() is self._loop:
-                    job.ended.set_result((event.pid, event.status, event.started_ns))
+                    out, err = event.out_len, event.err_len  # the heads are valid until the next kr_collect
+                    job.ended.set_result(Ended(event.pid, event.status, event.started_ns, event.flags,
+                                               ctypes.string_at(event.out, out) if out else b"",
+                                               ctypes.string_at(event.err, err) if err else b""))
             if count < _BATCH:
                 return
 

@@ -8,9 +8,10 @@ Spawning is the hot path of a CPU-heavy pipeline, so this does not go through as
 subprocess transports (about 300 µs of worker CPU per process): ``posix_spawnp`` (vfork
 under the hood, no page-table copy) and a pidfd that becomes readable when the child exits.
 The spawn never runs on the event loop. By default the native runner (native.py, a C thread)
-spawns, waits on the pidfds, sweeps the group and reaps the leader, and the loop gets one
-event per ended task; with ``executor.spawner: thread`` (or where the runner is not built)
-the spawner thread (spawner.py) spawns and the loop waits for the pidfd, sweeps and reaps.
+spawns, keeps the output to its cap, enforces the deadline, waits on the pidfds, sweeps the
+group, reaps the leader and reads the output, and the loop gets one event per ended task,
+output included; with ``executor.spawner: thread`` (or where the runner is not built) the
+spawner thread (spawner.py) spawns and the loop does the rest, as described below.
 
 The child's stdout and stderr are memfds (anonymous in-memory files), not pipes. Nobody has
 to drain them while the task runs, so the pidfd is the only thing registered with the event
@@ -23,7 +24,7 @@ callbacks. Without stdin data the child reads /dev/null.
 When the pidfd fires, the group is swept (the exited leader is not reaped yet, so its id
 still names our group) and the leader is reaped. A timeout only kills the group; the pidfd
 then fires and the same path finishes. One timer per task serves both the deadline and the
-output cap's checks. On cancellation the group is killed and the leader
+output cap's checks (the native runner's thread does the same checks). On cancellation the group is killed and the leader
 reaped before the cancellation goes on, which is quick since it was sent SIGKILL.
 
 Arguments, environment and stdin that exec cannot take (a NUL byte in an argument taken from
@@ -42,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from knarr.engine import containment, native
-from knarr.engine.capture import FIRST_CHECK_SECONDS, CapturedStream, next_check_delay
+from knarr.engine.capture import FIRST_CHECK_SECONDS, CapturedStream, decode_head, next_check_delay
 from knarr.engine.spawner import SpawnerFailed, leaders, listing, spawner, stdin_memfd
 
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
@@ -154,19 +155,13 @@ def _refused(argv: list[str], env: Mapping[str, str] | None, stdin: str | None, 
 
 
 class _Watch:
-    """One timer per task does both: keep its output to the cap, and enforce its deadline (``kill`` on expiry).
+    """One timer per task does both: keep its output to the cap, and enforce its deadline (``kill`` on expiry)."""
 
-    ``started``, for a task that may wait in the native runner's held queue, says when its process
-    started (None while it waits): the deadline counts from then, not from the hand-off.
-    """
-
-    __slots__ = ("loop", "timeout", "deadline", "out", "err", "kill", "ended", "timed_out", "timer", "started")
+    __slots__ = ("loop", "deadline", "out", "err", "kill", "ended", "timed_out", "timer")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float, out: CapturedStream, err: CapturedStream,
-                 kill: Callable[[], None], ended: asyncio.Future,
-                 started: Callable[[], float | None] | None = None) -> None:
+                 kill: Callable[[], None], ended: asyncio.Future) -> None:
         self.loop, self.out, self.err, self.kill, self.ended = loop, out, err, kill, ended
-        self.timeout, self.started = timeout, started
         self.deadline = loop.time() + timeout
         self.timed_out = False
         self.timer = self._schedule(FIRST_CHECK_SECONDS)
@@ -181,23 +176,11 @@ class _Watch:
         if self.ended.done():
             return
         if expired:
-            if self.started is not None and self._moved():
-                self.timer = self._schedule(delay)
-                return
             self.timed_out = True
             self.kill()  # the exit follows once the leader is dead, and finishes the task
             return
         grown = self.out.limit() + self.err.limit()
         self.timer = self._schedule(next_check_delay(delay, grown))
-
-    def _moved(self) -> bool:
-        """The deadline as the process's start puts it; True if that is still ahead (the timer goes on)."""
-        started = self.started()
-        remaining = self.timeout if started is None else started + self.timeout - time.monotonic()
-        if remaining <= 0:
-            return False
-        self.deadline = self.loop.time() + remaining
-        return True
 
     def cancel(self) -> None:
         self.timer.cancel()
@@ -235,15 +218,14 @@ class _Leaders:
         return pid in leaders or (isinstance(pid, int) and self.runner.owns(pid))
 
 
-def _ended(pid: int | None, status: int, out: CapturedStream, err: CapturedStream, watch: _Watch,
+def _ended(pid: int | None, status: int, stdout: str, stderr: str, cuts: tuple[bool, bool], timed_out: bool,
            timeout: float, started: float) -> ProcessOutcome:
     duration = round(time.monotonic() - started, 3)
-    stdout = out.read()
-    if watch.timed_out:
+    if timed_out:
         return ProcessOutcome(-1, stdout, f"task timed out after {timeout:g}s; its process group was killed",
-                              pid, duration, timed_out=True, stdout_truncated=out.truncated)
-    return ProcessOutcome(os.waitstatus_to_exitcode(status), stdout, err.read(), pid, duration,
-                          stdout_truncated=out.truncated, stderr_truncated=err.truncated)
+                              pid, duration, timed_out=True, stdout_truncated=cuts[0])
+    return ProcessOutcome(os.waitstatus_to_exitcode(status), stdout, stderr, pid, duration,
+                          stdout_truncated=cuts[0], stderr_truncated=cuts[1])
 
 
 class RunnerSlot:
@@ -304,7 +286,8 @@ async def run_process(
             _, status = os.waitpid(pid, 0)
             leaders.discard(pid)
             _sweep_detached()
-        return _ended(pid, status, out, err, watch, timeout, started)
+        stdout, stderr = out.read(), err.read()
+        return _ended(pid, status, stdout, stderr, (out.truncated, err.truncated), watch.timed_out, timeout, started)
     finally:
         out.close()
         err.close()
@@ -314,53 +297,47 @@ async def _run_native(
     runner: native.NativeRunner, loop: asyncio.AbstractEventLoop, argv: list[str], stdin: str | None,
     env: dict[str, str] | None, timeout: float, cap: int, slot: RunnerSlot | None = None,
 ) -> ProcessOutcome:
-    """The same run through the native runner: it spawns, sweeps and reaps, makes the stdout/stderr memfds
-    ahead and closes them (and stdin's) after; the loop only reads them."""
+    """The same run through the native runner: its thread spawns, keeps the output to the cap, kills
+    the group at the deadline (counted from the process's start), sweeps, reaps and reads the output;
+    the loop only writes stdin's memfd, which the runner then owns and closes."""
     started = time.monotonic()
-    pair = runner.take_pair()  # None when the runner has none ready: made here, as the spawner thread's are
-    out = CapturedStream.adopt(pair[0], cap) if pair else CapturedStream("knarr-stdout", cap)
-    err = None
     inp = -1
     try:
-        err = CapturedStream.adopt(pair[1], cap) if pair else CapturedStream("knarr-stderr", cap)
-        try:
-            if stdin is not None:
-                inp = stdin_memfd(stdin)
-            if slot is None:
-                job = runner.submit(argv, env, inp, out.fd, err.fd)
-            else:
-                if slot.held and slot.take_free():  # a slot came free since the grant: no need to wait
-                    slot.held = False
-                job = runner.submit(argv, env, inp, out.fd, err.fd, hold=slot.held, expires_at=slot.expires_at,
-                                    on_slot=slot.on_slot, owner=slot.owner)
-                slot.submitted = True
-        except (ValueError, TypeError) as exc:  # exec cannot take the arguments (e.g. a NUL byte)
-            return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
-        except OSError as exc:
-            return _launch_failure(argv, _spawn_error(exc), started)
-        held = slot is not None and slot.held
-        watch = _Watch(loop, timeout, out, err, lambda: runner.kill(job), job.ended,
-                       (lambda: runner.started(job)) if held else None)
-        try:
-            pid, status, started_ns = await job.ended
-        except BaseException:  # cancelled (shutdown), or closed unfinished: kill the tree, reaped before going on
-            runner.kill(job, wait=True)
-            raise
-        finally:
-            watch.cancel()
-        if started_ns > 0:
-            started = started_ns / 1e9  # the process's own start (a held task waited before it): CLOCK_MONOTONIC
-        if status < 0:
-            if watch.timed_out:  # its deadline passed before it could start
-                return _ended(None, 0, out, err, watch, timeout, started)
-            if status == -errno.ETIME and held:
-                return ProcessOutcome(-1, "", "", None, 0.0, expired=True)
-            return _launch_failure(argv, _spawn_error(OSError(-status, os.strerror(-status), argv[0])), started)
-        _sweep_detached()
-        return _ended(pid, status, out, err, watch, timeout, started)
-    finally:  # read, or never to be: the runner closes them (and the task, ended or killed, has let go)
-        runner.discard(out.fd)
-        if err is not None:
-            runner.discard(err.fd)
-        if inp >= 0:
-            runner.discard(inp)
+        if stdin is not None:
+            inp = stdin_memfd(stdin)
+        if slot is None:
+            job = runner.submit(argv, env, inp, timeout, cap)
+        else:
+            if slot.held and slot.take_free():  # a slot came free since the grant: no need to wait
+                slot.held = False
+            job = runner.submit(argv, env, inp, timeout, cap, hold=slot.held, expires_at=slot.expires_at,
+                                on_slot=slot.on_slot, owner=slot.owner)
+            slot.submitted = True
+    except (ValueError, TypeError) as exc:  # exec cannot take the arguments (e.g. a NUL byte)
+        _close(inp)
+        return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
+    except OSError as exc:
+        _close(inp)
+        return _launch_failure(argv, _spawn_error(exc), started)
+    try:
+        end = await job.ended
+    except BaseException:  # cancelled (shutdown), or closed unfinished: kill the tree, reaped before going on
+        runner.kill(job, wait=True)
+        raise
+    if end.started_ns > 0:
+        started = end.started_ns / 1e9  # the process's own start (a held task waited before it): CLOCK_MONOTONIC
+    status = end.status
+    if status < 0:
+        if status == -errno.ETIME and slot is not None and slot.held:
+            return ProcessOutcome(-1, "", "", None, 0.0, expired=True)
+        return _launch_failure(argv, _spawn_error(OSError(-status, os.strerror(-status), argv[0])), started)
+    _sweep_detached()
+    flags = end.flags
+    cuts = (bool(flags & native.OUT_CUT), bool(flags & native.ERR_CUT))
+    return _ended(end.pid, status, decode_head(end.stdout, cuts[0]), decode_head(end.stderr, cuts[1]), cuts,
+                  bool(flags & native.TIMED_OUT), timeout, started)
+
+
+def _close(fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)
