@@ -164,3 +164,42 @@ def test_without_a_compiler_the_wheel_is_pure_and_the_build_says_what_is_missing
     assert "native task runner not built (no C compiler" in said
     with zipfile.ZipFile(wheel) as archive:
         assert "_knarr_runner.so" not in archive.namelist()
+
+
+async def test_the_runner_kills_a_task_at_its_deadline_and_cuts_its_output_while_the_loop_is_busy():
+    """Deadlines and the output cap are the runner thread's: a loop that does not come round in time
+    (a slow hook, a long collection) changes neither."""
+    import time
+    import uuid
+
+    from tests.worker.procs import alive_with
+
+    def memfd_sizes() -> list[int]:
+        sizes = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:knarr-stdout"):
+                    sizes.append(os.stat(f"/proc/self/fd/{fd}").st_size)
+            except OSError:
+                pass
+        return sizes
+
+    runner = native.runner()
+    assert runner.claim(asyncio.get_running_loop())
+    marker = f"37.{uuid.uuid4().int % 10**6:06d}"
+    flood = "for i in $(seq 30); do head -c 1048576 /dev/zero; sleep 0.02; done"
+    sleeper = asyncio.ensure_future(run_process([BEHAVE, f"sleep={marker}"], stdin=None, env=None, timeout=0.3,
+                                                runner=runner))
+    flooder = asyncio.ensure_future(run_process(["sh", "-c", flood], stdin=None, env=None, timeout=30,
+                                                max_output_bytes=65536, runner=runner))
+    await asyncio.sleep(0.05)  # both submitted and started
+    largest, blocked_until = 0, time.monotonic() + 1.0
+    while time.monotonic() < blocked_until:  # the loop is blocked: nothing of it runs meanwhile
+        largest = max([largest, *memfd_sizes()])
+        time.sleep(0.005)
+    assert alive_with(marker) == []  # killed at 0.3 s by the runner, not when the loop came back
+    assert 0 < largest <= 65536 + 8 * 1048576  # 20 MiB written meanwhile, cut back to the cap as it came
+    out = await sleeper
+    assert out.timed_out and "timed out after 0.3s" in out.stderr
+    flooded = await flooder
+    assert flooded.exit_code == 0 and flooded.stdout_truncated and len(flooded.stdout) == 65536
