@@ -19,6 +19,7 @@ printing 50 MB each took the worker to 310 MB. Two bounds now hold:
 from __future__ import annotations
 
 import codecs
+import ctypes
 import os
 
 FIRST_CHECK_SECONDS = 0.005
@@ -33,10 +34,10 @@ def next_check_delay(previous: float, grown: int) -> float:
     return min(LAST_CHECK_SECONDS, previous * 2)
 
 
-def decode_head(data: bytes | bytearray, truncated: bool) -> str:
-    """Decode kept output. A cut can split a UTF-8 sequence: the partial character is dropped, not replaced."""
+def decode_head(data: bytes | bytearray | memoryview | ctypes.Array, truncated: bool) -> str:
+    """Decode kept output (any buffer). A cut can split a UTF-8 sequence: the partial character is dropped, not replaced."""
     if not truncated:
-        return data.decode("utf-8", errors="replace")
+        return str(data, "utf-8", "replace")
     return codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data, final=False)
 
 

@@ -34,7 +34,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from knarr.engine.capture import FAST_GROWTH_BYTES, FIRST_CHECK_SECONDS, LAST_CHECK_SECONDS
+from knarr.engine.capture import FAST_GROWTH_BYTES, FIRST_CHECK_SECONDS, LAST_CHECK_SECONDS, decode_head
 from knarr.engine.spawner import RESET_SIGNALS, EnvCache, c_strings, exec_arg
 from knarr.errors import ConfigError
 from knarr.observability.logging import get_logger
@@ -43,6 +43,7 @@ ABI = 6  # runner.c's KR_ABI
 FRESH_PAIRS = 8  # runner.c's: stdout/stderr memfd pairs its thread keeps made ahead
 LIBRARY = "_knarr_runner"  # site-packages/_knarr_runner.so, put there by the wheel
 _BATCH = 256
+FREE_NOW_BYTES = 1 << 16  # decoded heads of more than this (a batch's) are freed at once
 KILL_WAIT_SECONDS = 5.0  # a cancelled task's group got SIGKILL: this long at most for the kernel to end it
 # What became of the slot a task had, in its event (runner.c's SLOT_*): free again, taken by the
 # next held task, or none (it left the held queue unstarted).
@@ -64,14 +65,19 @@ class _Event(ctypes.Structure):
 class Ended:
     """What the runner says of a task's end: ``status`` a wait status, or -errno when it never ran;
     ``started_ns`` the CLOCK_MONOTONIC time of its spawn (0: it never started); ``flags`` TIMED_OUT,
-    OUT_CUT, ERR_CUT; ``stdout``/``stderr`` the kept heads of its streams."""
+    OUT_CUT, ERR_CUT; ``stdout``/``stderr`` the kept heads of its streams, decoded."""
 
     pid: int
     status: int
     started_ns: int
     flags: int
-    stdout: bytes
-    stderr: bytes
+    stdout: str
+    stderr: str
+
+
+def _text(address: int | None, size: int, cut: int) -> str:
+    """A head the runner read, decoded in place (no copy of the bytes)."""
+    return decode_head((ctypes.c_char * size).from_address(address), bool(cut)) if size else ""
 
 
 class NativeRunnerMissing(RuntimeError):
@@ -202,6 +208,7 @@ class NativeRunner:
         jobs, events = self._jobs, self._events
         while True:
             count = self._lib.kr_collect(self._handle, events, _BATCH)
+            heads = 0
             for event in events[:count]:
                 job = jobs.pop(event.id, None)
                 if job is None:
@@ -209,11 +216,14 @@ class NativeRunner:
                 if job.on_slot is not None:
                     job.on_slot(event.slot)
                 if not job.ended.done() and job.ended.get_loop() is self._loop:
-                    out, err = event.out_len, event.err_len  # the heads are valid until the next kr_collect
-                    job.ended.set_result(Ended(event.pid, event.status, event.started_ns, event.flags,
-                                               ctypes.string_at(event.out, out) if out else b"",
-                                               ctypes.string_at(event.err, err) if err else b""))
+                    flags, out, err = event.flags, event.out_len, event.err_len  # valid until the next kr_collect
+                    job.ended.set_result(Ended(event.pid, event.status, event.started_ns, flags,
+                                               _text(event.out, out, flags & OUT_CUT),
+                                               _text(event.err, err, flags & ERR_CUT)))
+                    heads += out + err
             if count < _BATCH:
+                if heads > FREE_NOW_BYTES:  # big heads go now, not at the next wake-up (kr_collect frees them)
+                    self._lib.kr_collect(self._handle, events, 0)
                 return
 
     # --- containment's sweep ---------------------------------------------------------------

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from knarr.engine import containment, native
-from knarr.engine.capture import FIRST_CHECK_SECONDS, CapturedStream, decode_head, next_check_delay
+from knarr.engine.capture import FIRST_CHECK_SECONDS, CapturedStream, next_check_delay
 from knarr.engine.spawner import SpawnerFailed, leaders, listing, spawner, stdin_memfd
 
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
@@ -334,8 +334,7 @@ async def _run_native(
     _sweep_detached()
     flags = end.flags
     cuts = (bool(flags & native.OUT_CUT), bool(flags & native.ERR_CUT))
-    return _ended(end.pid, status, decode_head(end.stdout, cuts[0]), decode_head(end.stderr, cuts[1]), cuts,
-                  bool(flags & native.TIMED_OUT), timeout, started)
+    return _ended(end.pid, status, end.stdout, end.stderr, cuts, bool(flags & native.TIMED_OUT), timeout, started)
 
 
 def _close(fd: int) -> None:
