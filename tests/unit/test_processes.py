@@ -259,7 +259,7 @@ async def test_a_run_dropped_unfinished_kills_and_reaps_its_task():
 
 def _open_fds() -> tuple[set[str], int]:
     """This process's descriptors other than task memfds, and how many task memfds are open: the
-    native runner keeps up to FRESH_PAIRS pairs made ahead, and closes read ones on its own thread."""
+    native runner keeps up to FRESH_PAIRS pairs made ahead, and closes a task's on its own thread."""
     others, memfds = set(), 0
     for fd in os.listdir("/proc/self/fd"):
         try:
@@ -273,7 +273,7 @@ def _open_fds() -> tuple[set[str], int]:
     return others, memfds
 
 
-# Made ahead (two per pair), plus those of the last few tasks, which the runner closes when next awake.
+# Made ahead (two per pair), plus those of the last few tasks (the spawner thread's, closed as they end).
 MEMFDS_AT_REST = 2 * native.FRESH_PAIRS + 3 * 4
 
 

@@ -14,6 +14,9 @@ printing 50 MB each took the worker to 310 MB. Two bounds now hold:
   in that interval: the first check comes after 5 ms, checks stay that frequent while the
   output grows by a megabyte or more between them, and back off to once a second otherwise
   (a task logging a line now and then costs a few wake-ups, not hundreds).
+
+This module does both for tasks the spawner thread starts; the native runner's thread does the
+same in C (worker/native/runner.c), with the timings below, which it is given when it starts.
 """
 
 from __future__ import annotations
