@@ -2,7 +2,7 @@
  * event loop and without the GIL (knarr/engine/native.py drives it through ctypes).
  *
  * One thread per runner owns every process it starts. The event loop submits a task (argv,
- * environment, a stdin descriptor, its timeout and its output cap) and later collects one event
+ * environment, its stdin data, its timeout and its output cap) and later collects one event
  * per task, in batches: an eventfd wakes the loop once for however many tasks ended meanwhile.
  *
  * Output and deadlines are the thread's too, so a task costs the loop no descriptor, read or
@@ -13,8 +13,9 @@
  * has passed the cap back to it (the child's offset is shared, so it goes on writing at the
  * cap and never sees an error). A task still running timeout after its start gets its group
  * killed, and its event says so. Once the task has ended, the thread reads the kept head of
- * each stream into the event and closes the memfds and the stdin descriptor (a memfd's last
- * close frees its pages: that costs the loop nothing here). kr_new takes the check timings
+ * each stream into the event and closes the memfds (a memfd's last close frees its pages: that
+ * costs the loop nothing here). Stdin data goes into a memfd of its own, which the thread writes
+ * and rewinds before the spawn: the child reads it as a regular file. kr_new takes the check timings
  * from knarr/engine/capture.py, which the spawner thread's tasks follow too.
  *
  * The thread spawns each task in a session of its own (so its
@@ -66,7 +67,7 @@
 
 extern char **environ;
 
-#define KR_ABI 6 /* bump when a signature or kr_event_t changes: native.py checks it */
+#define KR_ABI 7 /* bump when a signature or kr_event_t changes: native.py checks it */
 #define HOLD_WAKE_MS 3 /* the longest the thread holds back the loop's wake-up while it has held tasks to start */
 #define FRESH_PAIRS 8    /* stdout/stderr memfd pairs the thread keeps made, ready for the next tasks */
 
@@ -96,7 +97,9 @@ typedef struct job {
     const char *path;
     char *const *argv;
     char *const *envp; /* NULL: the worker's own environment */
-    int in;            /* the runner's once submitted; < 0: /dev/null */
+    const char *input; /* stdin data (input_len bytes, NULL: /dev/null), written into `in` at the start */
+    int64_t input_len;
+    int in;            /* stdin's memfd (-1 until the start, or for /dev/null) */
     int out[2];        /* stdout, stderr: memfds the runner gives it when it starts (-1 until then) */
     int cancelled;
     int64_t expires_ns; /* held tasks: CLOCK_REALTIME after which they are dropped unstarted (0: never) */
@@ -380,6 +383,19 @@ static int give_memfds(runner_t *r, job_t *job) {
     return job->out[1] >= 0 ? 0 : errno;
 }
 
+/* The job's stdin data in a memfd of its own, rewound: 0 or an errno. */
+static int give_input(job_t *job) {
+    job->in = memfd_create("knarr-stdin", MFD_CLOEXEC);
+    if (job->in < 0) return errno;
+    for (int64_t done = 0; done < job->input_len;) {
+        ssize_t n = write(job->in, job->input + done, (size_t)(job->input_len - done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 ? errno : EIO;
+        done += n;
+    }
+    return lseek(job->in, 0, SEEK_SET) < 0 ? errno : 0;
+}
+
 /* Start a job that has a slot (under `jobs`); if it cannot run, its slot goes on (below). */
 static void start(runner_t *r, job_t *job) {
     if (job->cancelled) {
@@ -392,6 +408,7 @@ static void start(runner_t *r, job_t *job) {
     }
     pid_t pid = 0;
     int error = give_memfds(r, job);
+    if (!error && job->input) error = give_input(job);
     if (!error) error = spawn(r, job, &pid);
     if (error) release(r, job, pid, -error);
 }
@@ -623,18 +640,18 @@ fail:;
 /* The eventfd that becomes readable when events are waiting. */
 int kr_done_fd(runner_t *r) { return r->done_fd; }
 
-/* Queue a task. path, argv and envp must stay valid until its event arrives or kr_kill has
- * returned for it; in (its stdin, < 0: /dev/null) is the runner's once this returns 0, and it
- * closes it. The task is killed if it still runs timeout_ns after its start (0: never), and cap
+/* Queue a task. path, argv, envp and input (its stdin data, input_len bytes; NULL: /dev/null)
+ * must stay valid until its event arrives or kr_kill has returned for it. The task is killed if it still runs timeout_ns after its start (0: never), and cap
  * bytes of each of its streams are kept. hold = 0: the task has a slot and starts at once; hold
  * = 1: it waits in the held queue until a task of the same owner ends and passes it its slot (or
  * kr_pass gives it one), and is dropped unstarted (-ETIME) if by then CLOCK_REALTIME has passed
  * expires_ns (0: never). Returns 0, or -ENOMEM. */
-int kr_submit(runner_t *r, int64_t id, const char *path, char *const *argv, char *const *envp, int in,
-              int64_t timeout_ns, int64_t cap, int hold, int64_t expires_ns, int owner) {
+int kr_submit(runner_t *r, int64_t id, const char *path, char *const *argv, char *const *envp, const char *input,
+              int64_t input_len, int64_t timeout_ns, int64_t cap, int hold, int64_t expires_ns, int owner) {
     job_t *job = calloc(1, sizeof *job);
     if (!job) return -ENOMEM;
-    *job = (job_t){.id = id, .path = path, .argv = argv, .envp = envp, .in = in, .out = {-1, -1},
+    *job = (job_t){.id = id, .path = path, .argv = argv, .envp = envp, .input = input, .input_len = input_len,
+                   .in = -1, .out = {-1, -1},
                    .timeout_ns = timeout_ns, .cap = cap > 0 ? cap : 0, .expires_ns = expires_ns, .owner = owner};
     pthread_mutex_lock(&r->queue);
     if (hold) push(&r->held_head, &r->held_tail, job);

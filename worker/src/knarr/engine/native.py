@@ -3,12 +3,13 @@
 The spawner thread (spawner.py) keeps fork and exec off the event loop, but still pays for
 Python on every task: its own bytecode and ctypes calls under the GIL, and, on the loop, a
 pidfd to register and unregister, a waitpid, a group kill and a close. The native runner does
-all of that in C: the loop submits argv, environment, stdin, timeout and output cap in one call
+all of that in C: the loop submits argv, environment, stdin data, timeout and output cap in one call
 and gets one event per ended task, in batches, through a single eventfd that stays registered
 with the loop. The event carries the task's output: the thread owns each task's stdout/stderr
-memfds (made ahead, a few pairs at a time), keeps them to the cap while the task runs (capture.py's
-checks), kills the task's group at its deadline, and reads the kept heads once it has ended. So
-a task costs the loop no descriptor, read or timer of its own.
+memfds (made ahead, a few pairs at a time) and writes its stdin data into one more, keeps the
+outputs to the cap while the task runs (capture.py's checks), kills the task's group at its
+deadline, and reads the kept heads once it has ended. So a task costs the loop no descriptor,
+system call or timer of its own.
 And it holds tasks ready (``executor.spawn_ahead``): a task submitted with ``hold`` starts the
 moment a running task ends, on the thread, and each task's event says what became of its slot,
 which the pool scheduler mirrors (scheduling.py).
@@ -39,7 +40,7 @@ from knarr.engine.spawner import RESET_SIGNALS, EnvCache, c_strings, exec_arg
 from knarr.errors import ConfigError
 from knarr.observability.logging import get_logger
 
-ABI = 6  # runner.c's KR_ABI
+ABI = 7  # runner.c's KR_ABI
 FRESH_PAIRS = 8  # runner.c's: stdout/stderr memfd pairs its thread keeps made ahead
 LIBRARY = "_knarr_runner"  # site-packages/_knarr_runner.so, put there by the wheel
 _BATCH = 256
@@ -107,8 +108,8 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
     waiting.kr_kill.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double]
     quick.kr_done_fd.argtypes = [ctypes.c_void_p]
     quick.kr_submit.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
-                                ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int64,
-                                ctypes.c_int]
+                                ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
+                                ctypes.c_int64, ctypes.c_int]
     quick.kr_pass.argtypes = [ctypes.c_void_p, ctypes.c_int]
     quick.kr_set_batch.argtypes = [ctypes.c_void_p, ctypes.c_int]
     quick.kr_set_batch.restype = None
@@ -127,7 +128,7 @@ class NativeJob:
 
     id: int
     ended: asyncio.Future
-    keep: tuple  # what the runner reads until the task has started: path, argv and envp arrays
+    keep: tuple  # what the runner reads until the task has started: path, argv and envp arrays, stdin data
     on_slot: Callable[[int], None] | None
 
 
@@ -162,13 +163,12 @@ class NativeRunner:
         self._loop = loop
         return True
 
-    def submit(self, argv: list[str], env: dict[str, str] | None, stdin: int, timeout: float, cap: int, *,
+    def submit(self, argv: list[str], env: dict[str, str] | None, stdin: bytes | None, timeout: float, cap: int, *,
                hold: bool = False, expires_at: float | None = None,
                on_slot: Callable[[int], None] | None = None, owner: int = 0) -> NativeJob:
         """Queue ``argv``; raises what os.posix_spawnp would for arguments exec cannot take (ValueError, TypeError).
 
-        ``stdin`` (a descriptor, -1: /dev/null) is the runner's once this returns, which closes it.
-        The task's group is killed if it still runs ``timeout`` seconds after its start, and ``cap``
+        ``stdin``: the data the task reads (None: /dev/null). The task's group is killed if it still runs ``timeout`` seconds after its start, and ``cap``
         bytes of each of its streams are kept.
         ``hold``: the task has no slot yet; it starts when a running task of the same ``owner`` (a
         pool scheduler, see ``new_owner``) ends and passes it its slot (or ``pass_slot`` does), unless
@@ -177,10 +177,10 @@ class NativeRunner:
         encoded = [exec_arg(a) for a in argv]
         args = c_strings(encoded)
         envp = None if env is None else self._env.encoded(env)
-        job = NativeJob(next(self._ids), self._loop.create_future(), (encoded, args, envp), on_slot)
+        job = NativeJob(next(self._ids), self._loop.create_future(), (encoded, args, envp, stdin), on_slot)
         expires_ns = int(expires_at * 1e9) if hold and expires_at is not None else 0
-        code = self._lib.kr_submit(self._handle, job.id, encoded[0], args, envp, stdin, int(timeout * 1e9), cap, hold,
-                                   expires_ns, owner)
+        code = self._lib.kr_submit(self._handle, job.id, encoded[0], args, envp, stdin, len(stdin or b""),
+                                   int(timeout * 1e9), cap, hold, expires_ns, owner)
         if code:
             raise OSError(-code, os.strerror(-code))
         self._jobs[job.id] = job

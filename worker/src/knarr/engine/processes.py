@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from knarr.engine import containment, native
 from knarr.engine.capture import FIRST_CHECK_SECONDS, CapturedStream, next_check_delay
-from knarr.engine.spawner import SpawnerFailed, leaders, listing, spawner, stdin_memfd
+from knarr.engine.spawner import SpawnerFailed, leaders, listing, spawner
 
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 
@@ -297,27 +297,23 @@ async def _run_native(
     runner: native.NativeRunner, loop: asyncio.AbstractEventLoop, argv: list[str], stdin: str | None,
     env: dict[str, str] | None, timeout: float, cap: int, slot: RunnerSlot | None = None,
 ) -> ProcessOutcome:
-    """The same run through the native runner: its thread spawns, keeps the output to the cap, kills
-    the group at the deadline (counted from the process's start), sweeps, reaps and reads the output;
-    the loop only writes stdin's memfd, which the runner then owns and closes."""
+    """The same run through the native runner: its thread writes stdin's memfd, spawns, keeps the
+    output to the cap, kills the group at the deadline (counted from the process's start), sweeps,
+    reaps and reads the output; the loop makes no system call for the task."""
     started = time.monotonic()
-    inp = -1
     try:
-        if stdin is not None:
-            inp = stdin_memfd(stdin)
+        data = stdin.encode() if stdin is not None else None
         if slot is None:
-            job = runner.submit(argv, env, inp, timeout, cap)
+            job = runner.submit(argv, env, data, timeout, cap)
         else:
             if slot.held and slot.take_free():  # a slot came free since the grant: no need to wait
                 slot.held = False
-            job = runner.submit(argv, env, inp, timeout, cap, hold=slot.held, expires_at=slot.expires_at,
+            job = runner.submit(argv, env, data, timeout, cap, hold=slot.held, expires_at=slot.expires_at,
                                 on_slot=slot.on_slot, owner=slot.owner)
             slot.submitted = True
-    except (ValueError, TypeError) as exc:  # exec cannot take the arguments (e.g. a NUL byte)
-        _close(inp)
+    except (ValueError, TypeError) as exc:  # exec cannot take the arguments (e.g. a NUL byte), nor stdin its text
         return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
     except OSError as exc:
-        _close(inp)
         return _launch_failure(argv, _spawn_error(exc), started)
     try:
         end = await job.ended
@@ -335,8 +331,3 @@ async def _run_native(
     flags = end.flags
     cuts = (bool(flags & native.OUT_CUT), bool(flags & native.ERR_CUT))
     return _ended(end.pid, status, end.stdout, end.stderr, cuts, bool(flags & native.TIMED_OUT), timeout, started)
-
-
-def _close(fd: int) -> None:
-    if fd >= 0:
-        os.close(fd)

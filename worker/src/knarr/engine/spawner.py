@@ -188,7 +188,7 @@ class EnvCache:
         return array
 
 
-def stdin_memfd(stdin: str) -> int:
+def _stdin_memfd(stdin: str) -> int:
     fd = os.memfd_create("knarr-stdin", os.MFD_CLOEXEC)
     try:
         data = memoryview(stdin.encode())
@@ -337,7 +337,7 @@ class Spawner:
             if request.stdin is None:
                 _actions_open(actions, 0, _DEVNULL, os.O_RDONLY, 0)
             else:
-                inp = stdin_memfd(request.stdin)
+                inp = _stdin_memfd(request.stdin)
                 _actions_dup2(actions, inp, 0)
             _actions_dup2(actions, out.fd, 1)
             _actions_dup2(actions, err.fd, 2)
