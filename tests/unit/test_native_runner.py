@@ -11,6 +11,8 @@ import os
 import subprocess
 import sysconfig
 import threading
+import time
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from knarr.sources.memory import MemorySource
 from structlog.testing import capture_logs
 
 from tests.worker.harness import BEHAVE, local_config
+from tests.worker.procs import alive_with, stdout_memfd_sizes
 
 
 class Echo(knarr.BaseHandler[None, None]):
@@ -169,21 +172,6 @@ def test_without_a_compiler_the_wheel_is_pure_and_the_build_says_what_is_missing
 async def test_the_runner_kills_a_task_at_its_deadline_and_cuts_its_output_while_the_loop_is_busy():
     """Deadlines and the output cap are the runner thread's: a loop that does not come round in time
     (a slow hook, a long collection) changes neither."""
-    import time
-    import uuid
-
-    from tests.worker.procs import alive_with
-
-    def memfd_sizes() -> list[int]:
-        sizes = []
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:knarr-stdout"):
-                    sizes.append(os.stat(f"/proc/self/fd/{fd}").st_size)
-            except OSError:
-                pass
-        return sizes
-
     runner = native.runner()
     assert runner.claim(asyncio.get_running_loop())
     marker = f"37.{uuid.uuid4().int % 10**6:06d}"
@@ -195,7 +183,7 @@ async def test_the_runner_kills_a_task_at_its_deadline_and_cuts_its_output_while
     await asyncio.sleep(0.05)  # both submitted and started
     largest, blocked_until = 0, time.monotonic() + 1.0
     while time.monotonic() < blocked_until:  # the loop is blocked: nothing of it runs meanwhile
-        largest = max([largest, *memfd_sizes()])
+        largest = max([largest, *stdout_memfd_sizes()])
         time.sleep(0.005)
     assert alive_with(marker) == []  # killed at 0.3 s by the runner, not when the loop came back
     assert 0 < largest <= 65536 + 8 * 1048576  # 20 MiB written meanwhile, cut back to the cap as it came

@@ -15,7 +15,7 @@ from knarr.engine import native, processes
 from knarr.engine.processes import launch_problem, seal_inherited_fds
 
 from tests.worker.harness import BEHAVE
-from tests.worker.procs import alive_with
+from tests.worker.procs import alive_with, stdout_memfd_sizes
 
 run_process = processes.run_process  # each test's spawner is chosen by the fixture below
 
@@ -368,22 +368,12 @@ async def test_stderr_is_capped_on_its_own():
 async def test_a_task_that_keeps_printing_never_grows_its_output_file_far_past_the_cap():
     import asyncio
 
-    def memfd_sizes() -> list[int]:
-        sizes = []
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:knarr-stdout"):
-                    sizes.append(os.stat(f"/proc/self/fd/{fd}").st_size)
-            except OSError:
-                pass
-        return sizes
-
     # 40 MiB in 1 MiB bursts, 20 ms apart: unchecked, the memfd would end at 40 MiB.
     script = "for i in $(seq 40); do head -c 1048576 /dev/zero; sleep 0.02; done"
     run = asyncio.create_task(run_process(["sh", "-c", script], stdin=None, env=None, timeout=30, max_output_bytes=65536))
     largest = 0
     while not run.done():
-        largest = max([largest, *memfd_sizes()])
+        largest = max([largest, *stdout_memfd_sizes()])
         await asyncio.sleep(0.005)  # sampling pace, not synchronisation: the loop ends when the run does
     out = run.result()
     assert out.exit_code == 0 and out.stdout_truncated and len(out.stdout) == 65536

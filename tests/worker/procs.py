@@ -280,6 +280,18 @@ def alive_with(marker: str) -> list[int]:
     return pids
 
 
+def stdout_memfd_sizes() -> list[int]:
+    """Sizes of this process's task stdout memfds (the spawner thread's and the native runner's)."""
+    sizes = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:knarr-stdout"):
+                sizes.append(os.stat(f"/proc/self/fd/{fd}").st_size)
+        except OSError:  # closed meanwhile
+            pass
+    return sizes
+
+
 def processes_gone(marker: str, timeout: float) -> list[tuple[int, str]]:
     """Wait up to ``timeout`` for every process tagged ``marker`` to exit; return those still there."""
     deadline = time.monotonic() + timeout
