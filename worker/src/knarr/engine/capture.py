@@ -38,7 +38,8 @@ def next_check_delay(previous: float, grown: int) -> float:
 
 
 def decode_head(data: bytes | bytearray | memoryview | ctypes.Array, truncated: bool) -> str:
-    """Decode kept output (any buffer). A cut can split a UTF-8 sequence: the partial character is dropped, not replaced."""
+    """Decode kept output (any buffer). A cut can split a UTF-8 sequence: the partial character is
+    dropped, not replaced."""
     if not truncated:
         return str(data, "utf-8", "replace")
     return codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data, final=False)

@@ -168,8 +168,8 @@ class NativeRunner:
                on_slot: Callable[[int], None] | None = None, owner: int = 0) -> NativeJob:
         """Queue ``argv``; raises what os.posix_spawnp would for arguments exec cannot take (ValueError, TypeError).
 
-        ``stdin``: the data the task reads (None: /dev/null). The task's group is killed if it still runs ``timeout`` seconds after its start, and ``cap``
-        bytes of each of its streams are kept.
+        ``stdin``: the data the task reads (None: /dev/null). The task's group is killed if it still
+        runs ``timeout`` seconds after its start, and ``cap`` bytes of each of its streams are kept.
         ``hold``: the task has no slot yet; it starts when a running task of the same ``owner`` (a
         pool scheduler, see ``new_owner``) ends and passes it its slot (or ``pass_slot`` does), unless
         ``expires_at`` (Unix time) has passed by then (status -ETIME).

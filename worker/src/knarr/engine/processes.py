@@ -24,8 +24,9 @@ callbacks. Without stdin data the child reads /dev/null.
 When the pidfd fires, the group is swept (the exited leader is not reaped yet, so its id
 still names our group) and the leader is reaped. A timeout only kills the group; the pidfd
 then fires and the same path finishes. One timer per task serves both the deadline and the
-output cap's checks (the native runner's thread does the same checks). On cancellation the group is killed and the leader
-reaped before the cancellation goes on, which is quick since it was sent SIGKILL.
+output cap's checks (the native runner's thread does the same checks). On cancellation the
+group is killed and the leader reaped before the cancellation goes on, which is quick since it
+was sent SIGKILL.
 
 Arguments, environment and stdin that exec cannot take (a NUL byte in an argument taken from
 a message, a name with '=') fail the task as a ``launch`` error naming the culprit, like a
@@ -254,7 +255,7 @@ async def run_process(
     """
     loop = asyncio.get_running_loop()
     if runner is not None and runner.claim(loop):
-        return await _run_native(runner, loop, argv, stdin, env, timeout, max_output_bytes, slot)
+        return await _run_native(runner, argv, stdin, env, timeout, max_output_bytes, slot)
     started = time.monotonic()
     try:
         spawned = await spawner().spawn(argv, stdin, env, max_output_bytes)
@@ -294,8 +295,8 @@ async def run_process(
 
 
 async def _run_native(
-    runner: native.NativeRunner, loop: asyncio.AbstractEventLoop, argv: list[str], stdin: str | None,
-    env: dict[str, str] | None, timeout: float, cap: int, slot: RunnerSlot | None = None,
+    runner: native.NativeRunner, argv: list[str], stdin: str | None, env: dict[str, str] | None, timeout: float,
+    cap: int, slot: RunnerSlot | None = None,
 ) -> ProcessOutcome:
     """The same run through the native runner: its thread writes stdin's memfd, spawns, keeps the
     output to the cap, kills the group at the deadline (counted from the process's start), sweeps,
