@@ -5,18 +5,18 @@
  * environment, its stdin data, its timeout and its output cap) and later collects one event
  * per task, in batches: an eventfd wakes the loop once for however many tasks ended meanwhile.
  *
- * Output and deadlines are the thread's too, so a task costs the loop no descriptor, read or
- * timer. Each task's stdout and stderr are memfds the thread made ahead (a few pairs at a
- * time). While it runs, the thread keeps each of them to the cap: it checks their sizes a
- * first_check after the start, again that soon while the output floods in (fast_growth bytes
- * or more since the last check), backing off to last_check otherwise, and cuts a file that
- * has passed the cap back to it (the child's offset is shared, so it goes on writing at the
- * cap and never sees an error). A task still running timeout after its start gets its group
- * killed, and its event says so. Once the task has ended, the thread reads the kept head of
- * each stream into the event and closes the memfds (a memfd's last close frees its pages: that
- * costs the loop nothing here). Stdin data goes into a memfd of its own, which the thread writes
- * and rewinds before the spawn: the child reads it as a regular file. kr_new takes the check timings
- * from knarr/engine/capture.py, which the spawner thread's tasks follow too.
+ * Input, output and deadlines are the thread's too, so a task costs the loop no descriptor,
+ * system call or timer. Stdin data goes into a memfd of its own, which the thread writes and
+ * rewinds before the spawn: the child reads it as a regular file. Each task's stdout and stderr
+ * are memfds the thread made ahead (a few pairs at a time). While it runs, the thread keeps each
+ * of them to the cap: it checks their sizes a first_check after the start, again that soon while
+ * the output floods in (fast_growth bytes or more since the last check), backing off to
+ * last_check otherwise, and cuts a file that has passed the cap back to it (the child's offset
+ * is shared, so it goes on writing at the cap and never sees an error). A task still running
+ * timeout after its start gets its group killed, and its event says so. Once the task has
+ * ended, the thread reads the kept head of each stream into the event and closes the memfds (a
+ * memfd's last close frees its pages: that costs the loop nothing here). kr_new takes the check
+ * timings from knarr/engine/capture.py, which the spawner thread's tasks follow too.
  *
  * The thread spawns each task in a session of its own (so its
  * whole tree can be killed), with the signals kr_new was given (SIGPIPE, SIGXFSZ) at their
@@ -641,8 +641,9 @@ fail:;
 int kr_done_fd(runner_t *r) { return r->done_fd; }
 
 /* Queue a task. path, argv, envp and input (its stdin data, input_len bytes; NULL: /dev/null)
- * must stay valid until its event arrives or kr_kill has returned for it. The task is killed if it still runs timeout_ns after its start (0: never), and cap
- * bytes of each of its streams are kept. hold = 0: the task has a slot and starts at once; hold
+ * must stay valid until its event arrives or kr_kill has returned for it. The task is killed if
+ * it still runs timeout_ns after its start (0: never), and cap bytes of each of its streams are
+ * kept. hold = 0: the task has a slot and starts at once; hold
  * = 1: it waits in the held queue until a task of the same owner ends and passes it its slot (or
  * kr_pass gives it one), and is dropped unstarted (-ETIME) if by then CLOCK_REALTIME has passed
  * expires_ns (0: never). Returns 0, or -ENOMEM. */
