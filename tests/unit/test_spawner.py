@@ -237,6 +237,66 @@ with contain_tasks(use_cgroup=False):
     assert done.stdout.split("\n")[0] == "400 []"
 
 
+def test_under_containment_an_orphan_that_exits_is_reaped_when_later_tasks_end():
+    """A detached process re-parented to the worker (the subreaper) is reaped once it has exited: by the
+    sweep of a later task's end (at most every SWEEP_EVERY_SECONDS, on either spawner)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    script = """
+import asyncio, os, sys
+from knarr.engine import native
+from knarr.engine.containment import contain_tasks
+from knarr.engine.processes import SWEEP_EVERY_SECONDS, run_process
+
+def state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+async def main(path, kind):
+    runner = native.runner() if kind == "native" else None
+    if runner is not None:
+        assert runner.claim(asyncio.get_running_loop())
+    # the task ends once its orphan is detached (a new session), else its group's kill would reach it
+    leave = f"setsid sh -c 'echo $$ > {path}; sleep 0.2' > /dev/null 2>&1 & while [ ! -s {path} ]; do sleep 0.01; done"
+    await run_process(["sh", "-c", leave], stdin=None, env=None, timeout=30, runner=runner)
+    while not os.path.exists(path) or not open(path).read().strip():
+        await asyncio.sleep(0.01)
+    pid = int(open(path).read())
+    await asyncio.sleep(0.6)  # it has exited by now: a zombie, the worker's to reap
+    before = state(pid)
+    for _ in range(20):
+        await run_process(["true"], stdin=None, env=None, timeout=30, runner=runner)
+    await asyncio.sleep(3 * SWEEP_EVERY_SECONDS)
+    print(before, state(pid))
+
+with contain_tasks(use_cgroup=False):
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+    for kind in ("native", "thread"):
+        with tempfile.TemporaryDirectory() as tmp:
+            done = subprocess.run([sys.executable, "-c", script, f"{tmp}/pid", kind], capture_output=True, text=True,
+                                  timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split() == ["Z", "gone"], (kind, done.stdout)
+
+
+async def test_a_sweep_skipped_for_coming_too_soon_is_made_up_once_a_moment_later(monkeypatch):
+    from knarr.engine import processes
+
+    swept = []
+    monkeypatch.setattr(processes, "_sweep_now", lambda: swept.append(1))
+    sweeps = processes._Sweeps()
+    assert sweeps.due()  # the first task's end sweeps at once
+    assert [sweeps.due() for _ in range(50)] == [False] * 50  # 50 more ends within the interval: none sweeps...
+    await asyncio.sleep(processes.SWEEP_EVERY_SECONDS * 3)
+    assert swept == [1]  # ...and one sweep is made up for them
+
+
 def _ignored_signals(status: str) -> set[int]:
     mask = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
     return {number for number in range(1, 65) if mask >> (number - 1) & 1}
