@@ -5,13 +5,14 @@
  * environment, its stdin data, its timeout and its output cap) and later collects one event
  * per task, in batches: an eventfd wakes the loop once for however many tasks ended meanwhile.
  *
- * Input, output and deadlines are the thread's too, so a task costs the loop no descriptor,
- * system call or timer. Stdin data goes into a memfd of its own, which the thread writes and
- * rewinds before the spawn: the child reads it as a regular file. Each task's stdout and stderr
- * are memfds the thread made ahead (a few pairs at a time). While it runs, the thread keeps each
- * of them to the cap: it checks their sizes a first_check after the start, again that soon while
- * the output floods in (fast_growth bytes or more since the last check), backing off to
- * last_check otherwise, and cuts a file that has passed the cap back to it (the child's offset
+ * Input, output and deadlines are the thread's too, so a task costs the loop no descriptor or
+ * timer, and no system call but the eventfd write that wakes the thread (none for a held task).
+ * Stdin data goes into a memfd of its own, which the thread writes and rewinds before the spawn:
+ * the child reads it as a regular file. Each task's stdout and stderr are memfds the thread made
+ * ahead (a few pairs at a time). While it runs, the thread keeps each of them to the cap: it
+ * checks their sizes a first_check after the start, again that soon while the output floods in
+ * (fast_growth bytes or more since the last check), backing off to last_check otherwise, and
+ * cuts a file that has passed the cap back to it (the child's offset
  * is shared, so it goes on writing at the cap and never sees an error). A task still running
  * timeout after its start gets its group killed, and its event says so. Once the task has
  * ended, the thread reads the kept head of each stream into the event and closes the memfds (a

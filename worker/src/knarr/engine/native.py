@@ -8,8 +8,8 @@ and gets one event per ended task, in batches, through a single eventfd that sta
 with the loop. The event carries the task's output: the thread owns each task's stdout/stderr
 memfds (made ahead, a few pairs at a time) and writes its stdin data into one more, keeps the
 outputs to the cap while the task runs (capture.py's checks), kills the task's group at its
-deadline, and reads the kept heads once it has ended. So a task costs the loop no descriptor,
-system call or timer of its own.
+deadline, and reads the kept heads once it has ended. So a task costs the loop no descriptor or
+timer, and no system call but the write that wakes the thread (none for a held task).
 And it holds tasks ready (``executor.spawn_ahead``): a task submitted with ``hold`` starts the
 moment a running task ends, on the thread, and each task's event says what became of its slot,
 which the pool scheduler mirrors (scheduling.py).

@@ -338,7 +338,7 @@ async def _run_native(
 ) -> ProcessOutcome:
     """The same run through the native runner: its thread writes stdin's memfd, spawns, keeps the
     output to the cap, kills the group at the deadline (counted from the process's start), sweeps,
-    reaps and reads the output; the loop makes no system call for the task."""
+    reaps and reads the output; the loop only hands it the task."""
     started = time.monotonic()
     try:
         data = stdin.encode() if stdin is not None else None
