@@ -247,13 +247,13 @@ def test_under_containment_an_orphan_that_exits_is_reaped_when_later_tasks_end()
     script = """
 import asyncio, os, sys
 from knarr.engine import native
-from knarr.engine.containment import contain_tasks
+from knarr.engine.containment import contain_tasks, stat_fields
 from knarr.engine.processes import SWEEP_EVERY_SECONDS, run_process
 
 def state(pid):
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0]
+            return stat_fields(fh.read())[0]
     except FileNotFoundError:
         return "gone"
 

@@ -41,8 +41,8 @@
  *
  * Locks: `jobs` covers the running list, each spawn from the clone until the process is
  * listed, each reap (and the start of the held task it passes its slot to), the deadline and
- * cap checks, and kills; `queue` covers submitted tasks not started yet (held or not), the
- * events and the fresh memfd pairs. Whoever takes both takes `jobs` first.
+ * cap checks, and kills; `queue` covers submitted tasks not started yet (held or not) and the
+ * events. Whoever takes both takes `jobs` first.
  * Holding `jobs` (kr_pause) therefore means no task process exists that is not listed:
  * containment's sweep of detached orphans (containment.py) relies on it to leave the runner's
  * processes alone.
@@ -129,7 +129,7 @@ typedef struct {
     int signalled;
     char **spent;     /* under `queue`: the heads the last kr_collect handed over, freed by the next */
     size_t n_spent, cap_spent;
-    int fresh[FRESH_PAIRS][2]; /* made by the thread ahead, for the tasks it starts */
+    int fresh[FRESH_PAIRS][2]; /* the thread's alone: made ahead, for the tasks it starts */
     int n_fresh;
     int64_t first_check, last_check, fast_growth; /* capture.py's output-check timings (ns) and growth (bytes) */
     int epfd, wake_fd, done_fd;
@@ -369,19 +369,27 @@ static job_t *pop_held(runner_t *r, int owner) {
     return job;
 }
 
+/* A new stdout/stderr memfd pair into pair: 0, or an errno (and pair untouched). */
+static int make_pair(int pair[2]) {
+    int out = memfd_create("knarr-stdout", MFD_CLOEXEC);
+    int err = out < 0 ? -1 : memfd_create("knarr-stderr", MFD_CLOEXEC);
+    if (err < 0) {
+        int failure = errno;
+        if (out >= 0) close(out);
+        return failure;
+    }
+    pair[0] = out;
+    pair[1] = err;
+    return 0;
+}
+
 /* A stdout/stderr memfd pair for the job: one made ahead (tend), else made now; 0 or an errno. */
 static int give_memfds(runner_t *r, job_t *job) {
-    pthread_mutex_lock(&r->queue);
-    if (r->n_fresh > 0) {
-        r->n_fresh--;
-        job->out[0] = r->fresh[r->n_fresh][0];
-        job->out[1] = r->fresh[r->n_fresh][1];
-    }
-    pthread_mutex_unlock(&r->queue);
-    if (job->out[0] >= 0) return 0;
-    job->out[0] = memfd_create("knarr-stdout", MFD_CLOEXEC);
-    if (job->out[0] >= 0) job->out[1] = memfd_create("knarr-stderr", MFD_CLOEXEC);
-    return job->out[1] >= 0 ? 0 : errno;
+    if (r->n_fresh == 0) return make_pair(job->out);
+    r->n_fresh--;
+    job->out[0] = r->fresh[r->n_fresh][0];
+    job->out[1] = r->fresh[r->n_fresh][1];
+    return 0;
 }
 
 /* The job's stdin data in a memfd of its own, rewound: 0 or an errno. */
@@ -522,33 +530,10 @@ static void reap(runner_t *r, job_t *job) {
     pthread_mutex_unlock(&r->jobs);
 }
 
-/* After the tasks are served: make memfd pairs up to FRESH_PAIRS, ready for the next tasks. */
+/* After the tasks are served: make memfd pairs up to FRESH_PAIRS, ready for the next tasks (out
+ * of descriptors or memory, it stops: a task's start tries again, give_memfds). */
 static void tend(runner_t *r) {
-    for (;;) {
-        pthread_mutex_lock(&r->queue);
-        int full = r->n_fresh == FRESH_PAIRS;
-        pthread_mutex_unlock(&r->queue);
-        if (full) return;
-        int out = memfd_create("knarr-stdout", MFD_CLOEXEC);
-        int err = out < 0 ? -1 : memfd_create("knarr-stderr", MFD_CLOEXEC);
-        if (err < 0) { /* out of descriptors or memory: a task's start tries again (give_memfds) */
-            if (out >= 0) close(out);
-            return;
-        }
-        pthread_mutex_lock(&r->queue);
-        if (r->n_fresh < FRESH_PAIRS) {
-            r->fresh[r->n_fresh][0] = out;
-            r->fresh[r->n_fresh][1] = err;
-            r->n_fresh++;
-            out = err = -1;
-        }
-        pthread_mutex_unlock(&r->queue);
-        if (out >= 0) { /* the pool filled meanwhile (it only empties, but be exact) */
-            close(out);
-            close(err);
-            return;
-        }
-    }
+    while (r->n_fresh < FRESH_PAIRS && make_pair(r->fresh[r->n_fresh]) == 0) r->n_fresh++;
 }
 
 static void *serve(void *arg) {
