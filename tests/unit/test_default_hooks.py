@@ -6,10 +6,10 @@ import asyncio
 
 import knarr
 import pytest
+from prometheus_client import REGISTRY
 from knarr.api.handler import BaseHandler
 from knarr.engine.hooks import defines
 from knarr.engine.worker import Worker
-from knarr.observability import metrics
 from knarr.sources.memory import MemorySource
 
 from tests.worker.harness import BEHAVE, local_config
@@ -57,7 +57,7 @@ def _run(tmp_path, handler, count: int, value: bytes = b"{}") -> Worker:
 
 
 def _flight(event: str) -> float:
-    return metrics.flight_events.labels(event)._value.get()
+    return REGISTRY.get_sample_value("knarr_flight_events_total", {"event": event}) or 0.0
 
 
 def test_hooks_left_at_their_defaults_are_never_called(tmp_path, monkeypatch):

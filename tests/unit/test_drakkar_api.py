@@ -4,6 +4,7 @@ and loud, helpful refusals of task fields knarr does not have."""
 from __future__ import annotations
 
 import pytest
+from prometheus_client import REGISTRY
 from pydantic import ValidationError
 
 import knarr
@@ -12,7 +13,6 @@ from knarr.api.handler import ready_arguments
 from knarr.api.tasks import ERROR_KINDS
 from knarr.config.models import ExecutorConfig
 from knarr.engine.scheduling import SlotScheduler, priority_key
-from knarr.observability import metrics
 from knarr.observability.task_labels import LabelValues, TaskLabelCounter
 
 
@@ -123,7 +123,8 @@ def test_only_opted_in_label_keys_that_a_task_sets_are_counted():
 
 def test_task_outcomes_are_counted_by_opted_in_label():
     counter = TaskLabelCounter(["tenant_x"], cap=1)
-    sample = lambda value: metrics.task_labels.labels("completed", "tenant_x", value)._value.get()  # noqa: E731
+    sample = lambda value: REGISTRY.get_sample_value(  # noqa: E731
+        "knarr_task_labels_total", {"status": "completed", "label": "tenant_x", "value": value}) or 0.0
     before_a, before_other = sample("a"), sample("other")
     for tenant in ("a", "b", "a", "c"):
         counter.count("completed", {"tenant_x": tenant})

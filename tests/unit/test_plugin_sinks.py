@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from knarr import BaseHandler, CollectResult, PluginPayload
 from knarr.config.loading import config_from_dict, load_config
 from knarr.errors import ConfigError, ExitCode
-from knarr.observability import metrics
 from knarr.sinks import SinkResolutionError, build_sinks
 from knarr.sinks.delivery import Origin, SinkManager
 from knarr.sinks.dlq import FileDeadLetterQueue
@@ -31,6 +31,10 @@ def write(tmp_path: Path, data: dict) -> Path:
     path = tmp_path / "knarr.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def _payloads(sink: str, sink_type: str) -> float:
+    return REGISTRY.get_sample_value("knarr_sink_payloads_delivered_total", {"sink": sink, "type": sink_type}) or 0.0
 
 
 def test_the_test_plug_in_is_installed_as_an_entry_point_of_its_own_package():
@@ -90,13 +94,13 @@ async def test_plug_in_payloads_reach_their_instance_through_the_delivery_path_l
     assert [(s.kind, s.sink_type, s.name) for s in sinks] == [("plugin", "test-jsonl", "a"), ("plugin", "test-jsonl", "b")]
     manager = SinkManager(sinks, FileDeadLetterQueue(str(tmp_path / "dlq.jsonl"), "in"), BaseHandler())
     await manager.connect_all()
-    before = metrics.sink_payloads.labels("b", "test-jsonl")._value.get()
+    before = _payloads("b", "test-jsonl")
     await manager.deliver(CollectResult(plugin=[PluginPayload(sink="b", data={"n": 1}, meta={"m": 2}),
                                                 PluginPayload(sink="a", data=[1])]), Origin(0, (5,)))
     await manager.close_all()
     assert [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()] == [{"sink": "b", "data": {"n": 1}, "meta": {"m": 2}}]
     assert [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()] == [{"sink": "a", "data": [1], "meta": {}}]
-    assert metrics.sink_payloads.labels("b", "test-jsonl")._value.get() == before + 1
+    assert _payloads("b", "test-jsonl") == before + 1
     with pytest.raises(SinkResolutionError, match=r"a plugin payload has no sink= but 2 plugin sinks are configured \(a, b\)"):
         manager.plan(CollectResult(plugin=[PluginPayload(data=1)]))
 

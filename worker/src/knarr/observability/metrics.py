@@ -1,4 +1,8 @@
-"""Prometheus metrics. One name per thing, the same words as the code and docs."""
+"""Prometheus metrics. One name per thing, the same words as the code and docs.
+
+The nine every task updates are LoopCounter and LoopHistogram (loop_metrics.py): the same
+metrics, kept as plain numbers on the event loop's thread and read when scraped.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,17 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, Info
 
+from knarr.observability.loop_metrics import LoopCounter, LoopHistogram
+
 _LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 worker_info = Info("knarr_worker", "Worker identity")
 messages_consumed = Counter("knarr_messages_consumed_total", "Messages taken from the source", ["partition"])
 consumer_errors = Counter("knarr_consumer_errors_total", "Errors reported by the consumer")
-tasks = Counter("knarr_tasks_total", "Task outcomes", ["status"])  # completed|failed|retried|replaced|expired|precomputed|dead_lettered|discarded
-task_labels = Counter("knarr_task_labels_total", "Task outcomes by the task labels listed in executor.metric_labels (values beyond the cap count as 'other')", ["status", "label", "value"])
-task_duration = Histogram("knarr_task_duration_seconds", "Subprocess wall-clock time", buckets=_DURATION_BUCKETS)
+tasks = LoopCounter("knarr_tasks_total", "Task outcomes", ["status"])  # completed|failed|retried|replaced|expired|precomputed|dead_lettered|discarded
+task_labels = LoopCounter("knarr_task_labels_total", "Task outcomes by the task labels listed in executor.metric_labels (values beyond the cap count as 'other')", ["status", "label", "value"])
+task_duration = LoopHistogram("knarr_task_duration_seconds", "Subprocess wall-clock time", buckets=_DURATION_BUCKETS)
 task_timeouts = Counter("knarr_task_timeouts_total", "Subprocesses killed at their deadline")
 task_output_truncated = Counter("knarr_task_output_truncated_total", "Subprocesses whose stdout or stderr passed executor.max_output_bytes")
 tasks_in_flight = Gauge("knarr_tasks_in_flight", "Tasks scheduled and not yet terminal")
@@ -31,24 +37,24 @@ offsets_committed = Counter("knarr_offsets_committed_total", "Offset commits", [
 committed_offset = Gauge("knarr_committed_offset", "Last committed offset", ["partition"])
 consumer_lag = Gauge("knarr_consumer_lag", "High watermark minus committed offset", ["partition"])
 assigned_partitions = Gauge("knarr_assigned_partitions", "Partitions assigned to this worker")
-handler_duration = Histogram("knarr_handler_duration_seconds", "Time spent in the handler's hooks (those it defines; the others are not called)", ["hook"], buckets=_DURATION_BUCKETS)
+handler_duration = LoopHistogram("knarr_handler_duration_seconds", "Time spent in the handler's hooks (those it defines; the others are not called)", ["hook"], buckets=_DURATION_BUCKETS)
 hook_errors = Counter("knarr_hook_errors_total", "Exceptions raised by handler hooks", ["hook"])
 untracked_offsets = Counter("knarr_untracked_offsets_total", "Task source_offsets naming no message of their window")
-messages_completed = Counter("knarr_messages_completed_total", "Message groups completed", ["outcome"])  # empty|succeeded|partial|failed
-sink_deliveries = Counter("knarr_sink_deliveries_total", "Successful sink deliveries", ["sink", "type"])
-sink_payloads = Counter("knarr_sink_payloads_delivered_total", "Payloads delivered", ["sink", "type"])
+messages_completed = LoopCounter("knarr_messages_completed_total", "Message groups completed", ["outcome"])  # empty|succeeded|partial|failed
+sink_deliveries = LoopCounter("knarr_sink_deliveries_total", "Successful sink deliveries", ["sink", "type"])
+sink_payloads = LoopCounter("knarr_sink_payloads_delivered_total", "Payloads delivered", ["sink", "type"])
 sink_errors = Counter("knarr_sink_delivery_errors_total", "Failed sink deliveries", ["sink", "type"])
 sink_retries = Counter("knarr_sink_delivery_retries_total", "Sink delivery retries", ["sink", "type"])
 sink_skipped = Counter("knarr_sink_deliveries_skipped_total", "Deliveries dropped by SKIP", ["sink", "type"])
 sink_dlq = Counter("knarr_sink_dlq_messages_total", "Deliveries dead-lettered", ["sink", "type"])
 sink_transient_errors = Counter("knarr_sink_transient_errors_total", "Deliveries a sink could not take for now (server down or overloaded); retried, never dead-lettered", ["sink", "type"])
 sink_waiting = Gauge("knarr_sink_waiting", "Deliveries waiting for this sink to come back", ["sink", "type"])
-sink_duration = Histogram("knarr_sink_deliver_duration_seconds", "Sink delivery time", ["sink", "type"], buckets=_DURATION_BUCKETS)
+sink_duration = LoopHistogram("knarr_sink_deliver_duration_seconds", "Sink delivery time", ["sink", "type"], buckets=_DURATION_BUCKETS)
 probe_connections_dropped = Counter(
     "knarr_probe_connections_dropped_total",
     "Connections to the probe/metrics server dropped or refused", ["reason"],  # busy|evicted|slow|oversize
 )
-flight_events = Counter("knarr_flight_events_total", "Flight events by kind", ["event"])
+flight_events = LoopCounter("knarr_flight_events_total", "Flight events by kind", ["event"])
 recorder_dropped = Counter("knarr_recorder_events_dropped_total", "Flight recorder events dropped because its buffer was full (debug.max_buffer)")
 dlq_dropped = Counter("knarr_dlq_dropped_total", "Dead letters the DLQ refused and dlq.on_send_failure=drop gave up on")
 dlq_stalls = Counter("knarr_dlq_stalls_total", "Times a partition stalled because the DLQ refused a dead letter")
