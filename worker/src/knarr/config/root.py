@@ -21,7 +21,7 @@ from knarr.config.models import (
 )
 from knarr.config.paths import HandlerSpec
 
-GC_THRESHOLD = 700  # gc_threshold's default (Python's own); engine/event_loop.py says why
+GC_THRESHOLD = 10_000  # gc_threshold's default (Python's own is 700); engine/event_loop.py says why
 
 __all__ = ["CONFIG_PATH_ENV", "ENV_DELIMITER", "ENV_PREFIX", "KnarrConfig", "dump_config"]
 
@@ -57,8 +57,8 @@ class KnarrConfig(Section):
         description="In `knarr run` and `knarr demo`: Python's cyclic garbage collector takes its young "
         "generation every this many allocations (gc.set_threshold's first value; Python's own default is 700, "
         "0 turns automatic collection off), and start-up's objects are frozen out of collections. A message "
-        "leaves no reference cycles behind, so the default costs about 3 us per message on W1, and a higher "
-        "value saves little (10,000 changed neither CPU per task nor peak RSS measurably).",
+        "leaves no reference cycles behind, so a high value costs no memory (peak RSS on W1 the same at 700 "
+        "and 10,000) and saves CPU: 10,000 takes 6-17 us off the worker's CPU per task against 700.",
     )
 
     @model_validator(mode="after")

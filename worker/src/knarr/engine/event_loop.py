@@ -13,14 +13,15 @@ asyncio's loop). Tasks never take that path (spawner.py); work that does belongs
 The same processes also set Python's cyclic garbage collector for a worker (``gc_threshold``).
 What start-up made (imports, the config, the handler) is frozen out of every later collection,
 so no collection walks it again. Every message allocates a few hundred objects (models,
-futures, dicts), and with Python's default threshold, kept as the default here, the young
-generation is collected every 700 of them. Until a finished window let go of its groups, each
-window was a reference cycle (messages, tasks and results included) that only the older
-generations' collections freed: the collector then cost 9–10 µs per message on W1, and a
-threshold of 10,000 saved some of that but raised the worker's peak RSS from 99 to 138 MiB
-with 4,000 messages queued. Now reference counting frees a window as soon as it is done, the
-collector costs about 3 µs per message, and 10,000 changes neither CPU nor peak RSS
-measurably (bench-compare's W1 rows: 68 and 91 MiB either way).
+futures, dicts), most of them freed by reference counting, but the young generation is
+collected every ``gc_threshold`` allocations all the same. Until a finished window let go of
+its groups, each window was a reference cycle (messages, tasks and results included) that only
+the older generations' collections freed, and a threshold of 10,000 then raised the worker's
+peak RSS from 99 to 138 MiB with 4,000 messages queued, so Python's 700 stayed the default.
+Now reference counting frees a window as soon as it is done, and 10,000 leaves peak RSS as it
+is (bench-compare's W1 rows: 62-63 and 87-88 MiB either way) while it takes 6-17 us off the
+worker's CPU per task (docs/performance.md): at 700 the young generation was collected every
+12 tasks or so, about 50 us each. So 10,000 is the default.
 
 Only the processes knarr starts itself (``knarr run``, ``knarr demo``) choose: a Worker
 embedded in an application's own ``asyncio.run`` runs on whatever loop and collector that
