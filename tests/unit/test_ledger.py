@@ -36,6 +36,15 @@ def _error(task: ExecutorTask) -> ExecutorError:
                                          reason="failed", attempt=1, result=None)
 
 
+def _outcome_seen_by_the_handler(view) -> str:
+    """What the handler's MessageGroup says became of the message: what the metric must count."""
+    if view.is_empty:
+        return "empty"
+    if view.all_succeeded:
+        return "succeeded"
+    return "failed" if view.succeeded == 0 else "partial"
+
+
 def _works_for(run) -> set[int]:
     """The messages of its window a task names, worked out from the task itself, not the ledger's records.
 
@@ -114,6 +123,7 @@ class LedgerMachine(RuleBasedStateMachine):
             assert group.state is GroupState.CLOSING
             view = group.view()
             assert view.total == view.succeeded + view.failed + view.replaced
+            assert group.outcome() == _outcome_seen_by_the_handler(view)
             assert not self.unsettled.get(group.offset), "a group closes while a task for it is unsettled"
             self.closed_groups.append(group)
             if hook_raises:  # the shell dead-letters the message, then the letter lets the group close

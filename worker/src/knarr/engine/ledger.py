@@ -84,6 +84,14 @@ class Group:
     def offset(self) -> int:
         return self.message.offset
 
+    def outcome(self) -> str:
+        """What became of the message, as knarr_messages_completed_total counts it (the same as its view says)."""
+        if not self.tasks:
+            return "empty"
+        if not self.errors:
+            return "succeeded"
+        return "failed" if not self.results else "partial"
+
     def view(self) -> MessageGroup:
         """The group as the handler's on_message_complete sees it."""
         return trusted(

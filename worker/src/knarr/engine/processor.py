@@ -393,28 +393,24 @@ class PartitionProcessor:
 
     # --- a message's group -----------------------------------------------------------------
     async def _close(self, group: Group) -> None:
-        view = group.view()
         started = time.monotonic()
         called = _NOTHING
-        if self._completes_messages:
+        if self._completes_messages:  # (the handler's view of the group is made only for it)
             label = group.message.label
             if self._labels_messages:
                 label = call_sync_hook("message_label", self.handler.message_label, group.message, log=self.log,
                                        default=label).value
-            called = await call_hook("on_message_complete", self.handler.on_message_complete, view, log=self.log,
-                                     offset=group.offset, label=label)
+            called = await call_hook("on_message_complete", self.handler.on_message_complete, group.view(),
+                                     log=self.log, offset=group.offset, label=label)
         if called.raised:
             letter = DeadLetter("on_message_complete", f"on_message_complete raised {_exc_text(called.error)}",
                                 [group.message], holds=[group])
             await self._dead_letter(letter)
             return
         delivered = await self._deliver(called.value, "message", [group.message])
-        outcome = ("empty" if view.is_empty else "succeeded" if view.all_succeeded
-                   else "failed" if view.succeeded == 0 else "partial")
-        metrics.labelled(metrics.messages_completed, outcome).inc()
+        metrics.labelled(metrics.messages_completed, group.outcome()).inc()
         events.emit("message_complete", self.recorder, lambda: {
-            "partition": self.partition, "offset": group.offset, "task_count": view.total, "total": view.total,
-            "succeeded": view.succeeded, "failed": view.failed, "replaced": view.replaced,
+            "partition": self.partition, "offset": group.offset, **_counts(group),
             "duration": round(time.monotonic() - started, 6), "output_message_count": delivered})
         self._group_closed(group)
 
@@ -499,6 +495,13 @@ class PartitionProcessor:
 
 
 _NOTHING = Called()  # what a hook the handler leaves out answers: None
+
+
+def _counts(group: Group) -> dict[str, int]:
+    """The group's tasks by what became of them, as its MessageGroup counts them (replaced: neither result nor error)."""
+    total, succeeded, failed = len(group.tasks), len(group.results), len(group.errors)
+    return {"task_count": total, "total": total, "succeeded": succeeded, "failed": failed,
+            "replaced": total - succeeded - failed}
 
 
 def _exc_text(exc: BaseException | None) -> str:
