@@ -30,7 +30,7 @@ from knarr.engine.backoff import retry_delay
 from knarr.engine.capture import decode_head
 from knarr.engine.frames import PROTOCOL_VERSION, FrameError, encode
 from knarr.engine.processes import ProcessOutcome, launch_problem
-from knarr.engine.programs import Program, ProgramFailure, rss_bytes
+from knarr.engine.programs import Deadlines, Program, ProgramFailure, rss_bytes
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 
@@ -65,6 +65,7 @@ class ProgramPool:
         self._next_start = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
         self._closed = False
+        self._deadlines = Deadlines()  # every program's wait for an answer, on one timer
 
     @property
     def live(self) -> int:
@@ -131,7 +132,7 @@ class ProgramPool:
 
     async def _start(self, command: tuple[str, ...]) -> Program:
         try:
-            program = await Program.start(command, self.env, self.keep)
+            program = await Program.start(command, self.env, self.keep, self._deadlines)
         except OSError as exc:
             raise ProgramFailure("launch", exc.strerror or str(exc)) from None
         self._live.add(program)
