@@ -297,9 +297,24 @@ class PartitionProcessor:
                 if self.recorder is not None:
                     self._record_queued(effect.run)
                 self._spawn(self._run(effect.run))
+            elif self._in_place(effect):
+                self._settle_in_place(effect)
             else:
                 self._spawn(self._effect(effect))
         self._update_settled()
+
+    def _in_place(self, effect: Effect) -> bool:
+        """A message's close or a window's end with no hook of the handler's to call, so nothing to
+        await: it is carried out at once rather than in an asyncio task of its own (about 3 us a
+        message where a task works for many)."""
+        return ((isinstance(effect, CloseGroup) and not self._completes_messages)
+                or (isinstance(effect, FinishWindow) and not self._completes_windows))
+
+    def _settle_in_place(self, effect: CloseGroup | FinishWindow) -> None:
+        if isinstance(effect, CloseGroup):
+            self._closed(effect.group, time.monotonic(), 0)
+        else:
+            self._finished(effect.window, 0)
 
     async def _carry_on(self, effects: list[Effect]) -> None:
         """Carry out what a task's end brings, the last hook step among it in this asyncio task.
@@ -308,7 +323,8 @@ class PartitionProcessor:
         task of its own saves a task's start-up per message. Every other effect starts at once,
         as _carry_out starts them, and progress is reported before the step runs.
         """
-        last = next((i for i in range(len(effects) - 1, -1, -1) if not isinstance(effects[i], RunTask)), None)
+        last = next((i for i in range(len(effects) - 1, -1, -1)
+                     if not isinstance(effects[i], RunTask) and not self._in_place(effects[i])), None)
         if last is None:
             self._carry_out(effects)
             self.on_progress()
@@ -395,7 +411,7 @@ class PartitionProcessor:
     async def _close(self, group: Group) -> None:
         started = time.monotonic()
         called = _NOTHING
-        if self._completes_messages:  # (the handler's view of the group is made only for it)
+        if self._completes_messages:  # (else _carry_out closes the group in place; its view is made only for the hook)
             label = group.message.label
             if self._labels_messages:
                 label = call_sync_hook("message_label", self.handler.message_label, group.message, log=self.log,
@@ -407,7 +423,10 @@ class PartitionProcessor:
                                 [group.message], holds=[group])
             await self._dead_letter(letter)
             return
-        delivered = await self._deliver(called.value, "message", [group.message])
+        self._closed(group, started, await self._deliver(called.value, "message", [group.message]))
+
+    def _closed(self, group: Group, started: float, delivered: int) -> None:
+        """The close's hook (if any) returned and what it returned is delivered: count it, then complete the offset."""
         metrics.labelled(metrics.messages_completed, group.outcome()).inc()
         events.emit("message_complete", self.recorder, lambda: {
             "partition": self.partition, "offset": group.offset, **_counts(group),
@@ -423,7 +442,7 @@ class PartitionProcessor:
     # --- a window's end --------------------------------------------------------------------
     async def _finish(self, window: Window) -> None:
         delivered = 0
-        if self._completes_windows:
+        if self._completes_windows:  # (else _carry_out finishes the window in place)
             called = await call_hook("on_window_complete", self.handler.on_window_complete, list(window.results),
                                      window.messages, log=self.log, window_id=window.id, offsets=window.offsets)
             if called.raised:
@@ -432,6 +451,9 @@ class PartitionProcessor:
                                                    list(window.messages)))
                 return
             delivered = await self._deliver(called.value, "window", window.messages)
+        self._finished(window, delivered)
+
+    def _finished(self, window: Window, delivered: int) -> None:
         events.emit("window_complete", self.recorder, lambda: {
             "partition": self.partition, "window_id": window.id, "task_count": window.tasks,
             "duration": round(time.monotonic() - window.created_at, 6), "output_message_count": delivered})
