@@ -124,6 +124,8 @@ class LedgerMachine(RuleBasedStateMachine):
             view = group.view()
             assert view.total == view.succeeded + view.failed + view.replaced
             assert group.outcome() == _outcome_seen_by_the_handler(view)
+            assert group.counts() == {"task_count": view.total, "total": view.total, "succeeded": view.succeeded,
+                                      "failed": view.failed, "replaced": view.replaced}
             assert not self.unsettled.get(group.offset), "a group closes while a task for it is unsettled"
             self.closed_groups.append(group)
             if hook_raises:  # the shell dead-letters the message, then the letter lets the group close

@@ -92,6 +92,12 @@ class Group:
             return "succeeded"
         return "failed" if not self.results else "partial"
 
+    def counts(self) -> dict[str, int]:
+        """Its tasks by what became of them, as its MessageGroup counts them (replaced: neither result nor error)."""
+        total, succeeded, failed = len(self.tasks), len(self.results), len(self.errors)
+        return {"task_count": total, "total": total, "succeeded": succeeded, "failed": failed,
+                "replaced": total - succeeded - failed}
+
     def view(self) -> MessageGroup:
         """The group as the handler's on_message_complete sees it."""
         return trusted(

@@ -429,7 +429,7 @@ class PartitionProcessor:
         """The close's hook (if any) returned and what it returned is delivered: count it, then complete the offset."""
         metrics.labelled(metrics.messages_completed, group.outcome()).inc()
         events.emit("message_complete", self.recorder, lambda: {
-            "partition": self.partition, "offset": group.offset, **_counts(group),
+            "partition": self.partition, "offset": group.offset, **group.counts(),
             "duration": round(time.monotonic() - started, 6), "output_message_count": delivered})
         self._group_closed(group)
 
@@ -517,13 +517,6 @@ class PartitionProcessor:
 
 
 _NOTHING = Called()  # what a hook the handler leaves out answers: None
-
-
-def _counts(group: Group) -> dict[str, int]:
-    """The group's tasks by what became of them, as its MessageGroup counts them (replaced: neither result nor error)."""
-    total, succeeded, failed = len(group.tasks), len(group.results), len(group.errors)
-    return {"task_count": total, "total": total, "succeeded": succeeded, "failed": failed,
-            "replaced": total - succeeded - failed}
 
 
 def _exc_text(exc: BaseException | None) -> str:

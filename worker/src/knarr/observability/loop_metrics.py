@@ -60,8 +60,6 @@ class _HistogramChild:
 class _Family:
     """One metric and its children by label values; registered as a collector."""
 
-    _type = ""
-
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (),
                  registry: CollectorRegistry | None = REGISTRY) -> None:
         self.name = name
@@ -102,8 +100,16 @@ class _Family:
     def _family(self) -> Metric:
         raise NotImplementedError
 
-    def collect(self) -> Iterator[Metric]:
+    def _add(self, family: Metric, values: tuple[str, ...], child: object, created: bool) -> None:
+        """One child's samples into the scrape's family (``created``: with its ``_created`` sample)."""
         raise NotImplementedError
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        created = _created_samples()
+        for values, child in list(self._children.items()):
+            self._add(family, values, child, created)
+        yield family
 
 
 class LoopCounter(_Family):
@@ -119,12 +125,8 @@ class LoopCounter(_Family):
     def _family(self) -> CounterMetricFamily:
         return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
-    def collect(self) -> Iterator[Metric]:
-        family = self._family()
-        created = _created_samples()
-        for values, child in list(self._children.items()):
-            family.add_metric(list(values), child.value, created=child.created if created else None)
-        yield family
+    def _add(self, family: CounterMetricFamily, values: tuple[str, ...], child: _CounterChild, created: bool) -> None:
+        family.add_metric(list(values), child.value, created=child.created if created else None)
 
 
 class LoopHistogram(_Family):
@@ -148,17 +150,13 @@ class LoopHistogram(_Family):
     def _family(self) -> HistogramMetricFamily:
         return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
-    def collect(self) -> Iterator[Metric]:
-        family = self._family()
-        created = _created_samples()
-        for values, child in list(self._children.items()):
-            counts, total = list(child.counts), child.sum
-            buckets, running = [], 0
-            for bound, count in zip((*self.bounds, float("inf")), counts):
-                running += count
-                buckets.append((floatToGoString(bound), running))
-            family.add_metric(list(values), buckets, total)
-            if created:
-                family.samples.append(Sample(f"{self.name}_created", dict(zip(self.labelnames, values)),
-                                             child.created))
-        yield family
+    def _add(self, family: HistogramMetricFamily, values: tuple[str, ...], child: _HistogramChild,
+             created: bool) -> None:
+        counts, total = list(child.counts), child.sum
+        buckets, running = [], 0
+        for bound, count in zip((*self.bounds, float("inf")), counts):
+            running += count
+            buckets.append((floatToGoString(bound), running))
+        family.add_metric(list(values), buckets, total)
+        if created:  # (HistogramMetricFamily.add_metric takes no created time)
+            family.samples.append(Sample(f"{self.name}_created", dict(zip(self.labelnames, values)), child.created))
