@@ -11,7 +11,8 @@ message, default settings:
                                                                              target <= 5 ms
   - persistent mode on the same workload (bench/persistent.py), when that bench is present; and
     once more held to spawn mode's rate (each task waits in its program): what the event loop's
-    bookkeeping costs per task at that pace, without a single spawn
+    bookkeeping costs per task at that pace, without a single spawn; and persistent mode's floor in
+    Python (bench/python_floor.py): the same workload through the least any Python worker does
   - the flight recorder's cost: throughput with debug off and on, alternating (bench/recorder.py)
                                                                              target <= 5 %
 
@@ -387,9 +388,19 @@ async def persistent_row(bootstrap: str, messages: int, max_executors: int, dela
     return figure
 
 
+async def python_floor_row(bootstrap: str, messages: int, max_executors: int) -> Figure | None:
+    """Persistent mode's floor in Python on the same workload (bench/python_floor.py, through
+    bench/persistent.py); None where that bench is absent."""
+    try:
+        import persistent
+    except ImportError:
+        return None
+    return await persistent.python_floor(bootstrap, messages, max_executors)
+
+
 def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor: Figure | None, b: Figure,
            b_unpaused: Figure | None, kept: Figure | None, messages: int, a_thread: Figure | None = None,
-           b_thread: Figure | None = None, paced: Figure | None = None) -> None:
+           b_thread: Figure | None = None, paced: Figure | None = None, least: Figure | None = None) -> None:
     a = max(spawns, key=lambda f: f.rate)  # the machine is shared: the better of two runs is the ceiling
     print(f"\nengine bench: {os.cpu_count()} cores, max_executors={args.max_executors}, binary={BINARY}, "
           f"{messages} messages on {PARTITIONS} partitions, python {sys.version.split()[0]}, "
@@ -424,6 +435,11 @@ def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor:
                   f"{paced.loop_cpu_seconds / paced.count * 1e6:>10.0f} us  "
                   f"({kept.loop_cpu_seconds / kept.count * 1e6:.0f} us; spawn mode's: "
                   f"{b.loop_cpu_seconds / b.count * 1e6:.0f} us)")
+        if least is not None:
+            print(f"  {'    the Python floor: no engine (bench/python_floor.py)':58}{least.rate:>10.0f} /s  "
+                  f"= {least.rate / b.rate:.1f} x spawn mode, {least.cpu_us:.0f} us CPU/task")
+            print(f"  {'    persistent mode / the Python floor':58}{kept.rate / least.rate:>14.2f}  "
+                  f"({kept.cpu_us / least.cpu_us:.1f} x its CPU per task)")
     else:
         why = "(skipped: --skip-persistent)" if args.skip_persistent else "(bench/persistent.py not present)"
         print(f"  {'persistent mode':58}{why:>14}")
@@ -586,7 +602,7 @@ async def main() -> int:
     print("floor: the same spawns from C, again ...", file=sys.stderr)
     floors.append(c_spawn_floor(args.spawns, args.max_executors))
     floor = max((f for f in floors if f is not None), key=lambda f: f.rate, default=None)  # the better of two
-    kept = paced = None
+    kept = paced = least = None
     if not args.skip_persistent:
         print("    persistent mode, same workload ...", file=sys.stderr)
         kept = await persistent_row(bootstrap, args.messages, args.max_executors)
@@ -598,7 +614,9 @@ async def main() -> int:
             print("    persistent mode paced to spawn mode's rate ...", file=sys.stderr)
             wait = max(0.0, args.max_executors / b.rate - args.max_executors / kept.rate)
             paced = await persistent_row(bootstrap, max(1, args.messages // 2), args.max_executors, wait * 1e6)
-    report(args, spawns, a_ref, floor, b, b_unpaused, kept, args.messages, a_thread, b_thread, paced)
+            print("    persistent mode's floor in Python, same workload ...", file=sys.stderr)
+            least = await python_floor_row(bootstrap, args.messages, args.max_executors)
+    report(args, spawns, a_ref, floor, b, b_unpaused, kept, args.messages, a_thread, b_thread, paced, least)
 
     if args.recorder_messages:
         print("flight recorder off and on, alternating (bench/recorder.py) ...", file=sys.stderr)

@@ -8,7 +8,9 @@ from the first consumed batch to the commit of the last offset (bench/engine.py'
 so persistent mode's figure includes starting its programs.
 
 Prints tasks/s of each mode, their ratio (target >= 10x), and the worker's CPU per task
-(children excluded: in persistent mode the programs' own CPU is printed beside it).
+(children excluded: in persistent mode the programs' own CPU is printed beside it). Then
+persistent mode's floor in Python on the same workload (bench/python_floor.py: consume, frame,
+answer, produce, commit in one plain loop, with the same programs), and the engine beside it.
 
 Before that, the executor layer alone (no Kafka, no handler): ``max_executors`` lanes calling
 the spawn path (``run_process``, /bin/echo) or the persistent pool (``ProgramPool.run``) back to
@@ -246,11 +248,32 @@ async def _one_worker(spec: dict) -> int:
     return 0
 
 
-async def compare(bootstrap: str, messages: int = 20_000, max_executors: int = 2 * (os.cpu_count() or 1)) -> dict:
-    """Spawn mode, then persistent mode, on fresh topics of the same workload: the figures and the ratio."""
+async def python_floor(bootstrap: str, messages: int, max_executors: int) -> Figure:
+    """Persistent mode's floor in Python (bench/python_floor.py) on a fresh topic of the same workload,
+    in a process of its own: what any Python worker pays at least, beside what the engine pays."""
+    topic, ends = prefill(bootstrap, messages)
+    output = unique_name("bench-python-floor-out")
+    create_topic(bootstrap, output, 1)
+    spec = {"bootstrap": bootstrap, "topic": topic, "ends": ends, "output": output, "slots": max_executors}
+    child = await asyncio.create_subprocess_exec(sys.executable, str(BENCH / "python_floor.py"), json.dumps(spec),
+                                                 stdout=asyncio.subprocess.PIPE)
+    out, _ = await asyncio.wait_for(child.communicate(), 900)
+    lines = [line for line in out.decode().splitlines() if line.startswith("RESULT ")]
+    if child.returncode != 0 or not lines:
+        raise RuntimeError(f"bench/python_floor.py failed (exit {child.returncode}; its output is above)")
+    run = json.loads(lines[-1][len("RESULT "):])
+    return Figure(run["count"], run["seconds"], run["cpu_seconds"], run["loop_cpu_seconds"],
+                  children_cpu_seconds=run["programs_cpu"], broker_cpu_seconds=run["broker_cpu_seconds"])
+
+
+async def compare(bootstrap: str, messages: int = 20_000, max_executors: int = 2 * (os.cpu_count() or 1),
+                  floor: bool = True) -> dict:
+    """Spawn mode, then persistent mode, on fresh topics of the same workload: the figures and the ratio;
+    then (``floor``) persistent mode's floor in Python on the same workload."""
     spawn, _ = await run_mode(bootstrap, "spawn", messages, max_executors)
     kept, programs_cpu = await run_mode(bootstrap, "persistent", messages, max_executors)
-    return {"spawn": spawn, "persistent": kept, "programs_cpu_seconds": programs_cpu,
+    least = await python_floor(bootstrap, messages, max_executors) if floor else None
+    return {"spawn": spawn, "persistent": kept, "programs_cpu_seconds": programs_cpu, "python_floor": least,
             "ratio": kept.rate / spawn.rate, "messages": messages, "max_executors": max_executors}
 
 
@@ -277,6 +300,20 @@ def report(figures: dict) -> None:
     print(f"  {'persistent / spawn':44}{figures['ratio']:>9.1f}x   target >= {TARGET_RATIO:g}x  {verdict}")
     print(f"      ({spawn.count} tasks in {spawn.seconds:.2f}s spawned; {kept.count} in {kept.seconds:.2f}s persistent)")
     persistent_ceiling(kept, spawn)
+    least = figures.get("python_floor")
+    if least is not None:
+        report_floor(least, kept, spawn)
+
+
+def report_floor(least: Figure, kept: Figure, spawn: Figure) -> None:
+    """Persistent mode's floor in Python beside the engine: how far the target is for a Python worker."""
+    print(f"  {'the Python floor: no engine (bench/python_floor.py)':44}{least.rate:>10.0f}{least.cpu_us:>15.0f} us"
+          f"   = {least.rate / spawn.rate:.1f}x spawn mode")
+    print(f"  {'    its programs and the local broker, per task':44}{'':>10}"
+          f"{least.children_cpu_seconds / least.count * 1e6:>15.0f}, "
+          + (f"{least.broker_cpu_seconds / least.count * 1e6:.0f} us" if least.broker_cpu_seconds is not None else "-"))
+    print(f"  {'    persistent mode / the Python floor':44}{kept.rate / least.rate:>9.2f}x tasks/s, "
+          f"{kept.cpu_us / least.cpu_us:.1f}x worker CPU per task")
 
 
 async def batched_rows(bootstrap: str, messages: int, max_executors: int,

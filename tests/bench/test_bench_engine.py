@@ -5,6 +5,7 @@ It once crashed after its main rows because a config bound changed under it; not
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,10 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
                 "ceiling, one event loop: 1 / its CPU per task",
                 "the same with executor.spawner: thread", "the same through the spawner thread",
                 "a task process in (b): its CPU", "ceiling, a worker costing nothing: cores / (child in (b) + broker)",
-                "persistent mode paced to spawn mode", "its event loop CPU per task, against at full speed"):
+                "persistent mode paced to spawn mode", "its event loop CPU per task, against at full speed",
+                "the Python floor: no engine (bench/python_floor.py)", "persistent mode / the Python floor"):
         assert row in table, f"{row!r} missing from:\n{table}"
     assert table.count("ceiling, one event loop") == 2, table  # spawn mode's and persistent mode's
+    floor = re.search(r"the Python floor: no engine \(bench/python_floor.py\) +(\d+) /s", table)
+    assert floor and int(floor[1]) > 0, table  # every message of its own topic went through it
     assert "recorder" in table.lower()

@@ -1,5 +1,5 @@
 """bench/persistent.py runs end to end at a tiny size: both modes, one task per message and one per
-several, one worker and a worker per core.
+several, one worker and a worker per core, and persistent mode's floor in Python (bench/python_floor.py).
 
 The per-core rows run workers as processes of their own, which report to the bench through their
 stdout; a change to the worker's output or exit must not break them silently. Nothing here is timed.
@@ -29,8 +29,11 @@ def test_a_tiny_persistent_bench_runs_both_modes_batched_and_with_one_worker_and
     for row in ("executor layer alone", "persistent, C program", "spawn (/bin/echo per task)",
                 "persistent / spawn", "a worker per core: 2 workers at once", "spawn, 2 workers",
                 "persistent, 2 workers", "persistent, 2 workers / spawn, one worker",
-                "persistent / spawn, 2 workers each"):
+                "persistent / spawn, 2 workers each", "the Python floor: no engine (bench/python_floor.py)",
+                "persistent mode / the Python floor"):
         assert row in table, f"{row!r} missing from:\n{table}"
+    floor = re.search(r"^  the Python floor: no engine \(bench/python_floor.py\) +(\d+) +(\d+) us", table, re.MULTILINE)
+    assert floor and int(floor[1]) > 0 and int(floor[2]) > 0, table
     batched = table[table.index("one task for many messages"):table.index("a worker per core: 2 workers at once")]
     for mode in ("spawn", "persistent"):  # 400 messages in 80 tasks of 5: messages/s is 5x tasks/s
         found = re.search(rf"^  {mode} +5 +(\d+) +(\d+) +(\d+) us", batched, re.MULTILINE)
