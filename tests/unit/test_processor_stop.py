@@ -36,8 +36,8 @@ async def _waits_for_a_server_that_does_not_answer(seen: list[str]) -> None:
 async def test_a_child_that_swallows_its_cancel_is_cancelled_again_and_the_stop_says_where_it_was():
     processor = _processor()
     seen: list[str] = []
-    processor._spawn(_waits_for_a_server_that_does_not_answer(seen))
-    processor._spawn(asyncio.sleep(3600))  # an ordinary child ends at the first cancel
+    processor.spawn(_waits_for_a_server_that_does_not_answer(seen))
+    processor.spawn(asyncio.sleep(3600))  # an ordinary child ends at the first cancel
     await asyncio.sleep(0)
 
     saved = structlog.get_config()
@@ -59,7 +59,7 @@ async def test_a_child_that_swallows_its_cancel_is_cancelled_again_and_the_stop_
 async def test_a_stop_whose_children_all_end_at_once_says_nothing():
     processor = _processor()
     for _ in range(3):
-        processor._spawn(asyncio.sleep(3600))
+        processor.spawn(asyncio.sleep(3600))
     await asyncio.sleep(0)
     with capture_logs() as logged:
         await asyncio.wait_for(processor.stop(), 10)

@@ -123,12 +123,16 @@ class ProbeExecutor(TaskExecutor):
         super().__init__(handler, scheduler, config)
         self.notes = notes
 
-    async def run(self, task: ExecutorTask, partition: int, attempt: int = 1,
-                  offset: int | None = None) -> tuple[Outcome, int]:
+    def direct_command(self, task: ExecutorTask) -> None:
+        """Every task takes an asyncio task of its own here (not direct.py's path): its trace follows it."""
+        return None
+
+    async def run(self, task: ExecutorTask, partition: int, attempt: int = 1, offset: int | None = None,
+                  granted: bool = False, first: Any = None) -> tuple[Outcome, int]:
         trace = TaskTrace(task=task, queued_at=time.monotonic())
         self.notes.traces.append(trace)
         _current.set(trace)  # this run has an asyncio task of its own: the scheduler finds its trace
-        outcome, trace.attempt = await super().run(task, partition, attempt, offset)
+        outcome, trace.attempt = await super().run(task, partition, attempt, offset, granted=granted, first=first)
         trace.outcome = outcome
         return outcome, trace.attempt
 

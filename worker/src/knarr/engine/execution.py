@@ -21,7 +21,7 @@ from knarr.engine.environment import task_environment
 from knarr.engine.hooks import call_hook, call_sync_hook, defines
 from knarr.engine.ledger import Failed, Outcome, Replaced, Succeeded
 from knarr.engine.persistent import ProgramPool, program_command
-from knarr.engine.processes import RunnerSlot, run_process
+from knarr.engine.processes import ProcessOutcome, RunnerSlot, run_process
 from knarr.engine.scheduling import SlotScheduler, priority_key
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
@@ -100,14 +100,20 @@ class TaskExecutor:
     def max_attempts(self, task: ExecutorTask) -> int:
         return task.max_attempts if task.max_attempts is not None else self.config.max_retries + 1
 
-    async def run(self, task: ExecutorTask, partition: int, attempt: int = 1,
-                  offset: int | None = None) -> tuple[Outcome, int]:
+    async def run(self, task: ExecutorTask, partition: int, attempt: int = 1, offset: int | None = None,
+                  granted: bool = False, first: ExecutorResult | ExecutorError | None = None) -> tuple[Outcome, int]:
         """Run ``task`` until it succeeds, fails for good or is replaced; returns the outcome and attempts made.
 
         ``offset``: the first message the task works for, which the flight recorder files its events under.
+        ``granted``: the first attempt already holds its slot (direct.py handed it over). ``first``: the
+        first attempt's outcome, already come (direct.py hands over what it does not carry on).
         """
         while True:
-            outcome = await self._attempt(task, partition, attempt, offset)
+            if first is not None:
+                outcome, first = first, None
+            else:
+                outcome = await self._attempt(task, partition, attempt, offset, granted)
+                granted = False
             if self.recorder is not None:
                 _record_attempt(self.recorder, task, partition, offset, outcome)
             if isinstance(outcome, ExecutorResult):
@@ -141,7 +147,7 @@ class TaskExecutor:
             return Failed(error), attempt
 
     async def _attempt(self, task: ExecutorTask, partition: int, attempt: int,
-                       offset: int | None = None) -> ExecutorResult | ExecutorError:
+                       offset: int | None = None, granted: bool = False) -> ExecutorResult | ExecutorError:
         if task.precomputed is not None:
             pre = task.precomputed
             result = trusted(
@@ -173,13 +179,9 @@ class TaskExecutor:
             result = _synthetic(task, attempt, message)
             return task_error(task, attempt, result, stderr=message, exception=message, reason="launch")
 
-        priority = _DEFAULT_PRIORITY
-        if self._prioritizes:
-            priority = call_sync_hook("task_priority", self._priority, task, log=log, default=_DEFAULT_PRIORITY,
-                                      **task_context(task)).value
         waiting_since = time.monotonic() if self.recorder is not None else 0.0
         native_run = command is None and self._holds and self._runner.claim(asyncio.get_running_loop())
-        held = await self.scheduler.acquire(partition, priority, can_hold=native_run)
+        held = False if granted else await self.scheduler.acquire(partition, self.priority(task), can_hold=native_run)
         slot = None
         if self.recorder is not None:
             data = {"slot_wait_ms": round((time.monotonic() - waiting_since) * 1000, 3), "attempt": attempt,
@@ -207,7 +209,26 @@ class TaskExecutor:
             return _expired(task, attempt)
         if self._adapts and native_run:
             self._adapt(proc.duration_seconds)
+        return self.outcome_of(task, attempt, proc)
 
+    def priority(self, task: ExecutorTask) -> tuple:
+        """The task's place in the slot order: task_priority's answer, or the default."""
+        if not self._prioritizes:
+            return _DEFAULT_PRIORITY
+        return call_sync_hook("task_priority", self._priority, task, log=log, default=_DEFAULT_PRIORITY,
+                              **task_context(task)).value
+
+    def direct_command(self, task: ExecutorTask) -> tuple[str, ...] | None:
+        """The persistent program a first attempt may run in through direct.py's path, or None when the
+        task needs what only this coroutine path does: a precomputed result, a delay, an expiry, spawn
+        mode, a missing program, or the flight recorder's events."""
+        if (self.recorder is not None or task.precomputed is not None or task.delay_seconds or task.not_before
+                or task.expires_at is not None):
+            return None
+        return program_command(task, self.config) or None
+
+    def outcome_of(self, task: ExecutorTask, attempt: int, proc: ProcessOutcome) -> ExecutorResult | ExecutorError:
+        """What a run's process outcome makes of the attempt: its result (exit 0), or why it failed."""
         result = trusted(
             ExecutorResult, task=task, exit_code=proc.exit_code, stdout=proc.stdout, stderr=proc.stderr,
             duration_seconds=proc.duration_seconds, pid=proc.pid, attempt=attempt,

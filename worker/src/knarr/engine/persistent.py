@@ -28,7 +28,7 @@ from knarr.api.tasks import ExecutorTask
 from knarr.config.models import ExecutorConfig, PersistentConfig
 from knarr.engine.backoff import retry_delay
 from knarr.engine.capture import decode_head
-from knarr.engine.frames import PROTOCOL_VERSION, FrameError, encode
+from knarr.engine.frames import PROTOCOL_VERSION, Frame, FrameError, encode
 from knarr.engine.processes import ProcessOutcome, launch_problem
 from knarr.engine.programs import Deadlines, Program, ProgramFailure, rss_bytes
 from knarr.observability import metrics
@@ -74,12 +74,9 @@ class ProgramPool:
     async def run(self, command: tuple[str, ...], task: ExecutorTask, timeout: float) -> ProcessOutcome:
         """Run one task in a program of ``command``; the outcome reads like spawn mode's."""
         started = time.monotonic()
-        try:
-            request = encode({"type": "task", "id": task.task_id, "args": task.args, "env": task.env,
-                              "timeout_seconds": timeout}, (task.stdin or "").encode())
-        except (UnicodeEncodeError, FrameError) as exc:
-            problem = launch_problem(task.args, task.env, task.stdin) or str(exc)
-            return _launch_failure(command, problem, started)
+        request = self.request(command, task, timeout, started)
+        if isinstance(request, ProcessOutcome):
+            return request
         try:
             program = await self._take(command)
         except ProgramFailure as exc:
@@ -87,24 +84,52 @@ class ProgramPool:
             return _launch_failure(command, exc.message, started)
         try:
             frame = await program.ask(request, timeout, "task")
+        except ProgramFailure as exc:
+            return self.answered(program, task, started, failure=exc)
+        except BaseException:  # cancelled (shutdown, revoke): it is mid-task, so it cannot be reused
+            self.abandon(program)
+            raise
+        return self.answered(program, task, started, frame=frame)
+
+    def request(self, command: tuple[str, ...], task: ExecutorTask, timeout: float,
+                started: float) -> bytes | ProcessOutcome:
+        """The task's request frame, or the launch failure of a task no frame can carry."""
+        try:
+            return encode({"type": "task", "id": task.task_id, "args": task.args, "env": task.env,
+                           "timeout_seconds": timeout}, (task.stdin or "").encode())
+        except (UnicodeEncodeError, FrameError) as exc:
+            problem = launch_problem(task.args, task.env, task.stdin) or str(exc)
+            return _launch_failure(command, problem, started)
+
+    def take_idle(self, command: tuple[str, ...]) -> Program | None:
+        """A running program of ``command`` with nothing to do, if there is one (the last one idle first)."""
+        idle = self._idle.get(command)
+        while idle:
+            program = idle.pop()
+            if program.gone is None:
+                return program
+        return None
+
+    def answered(self, program: Program, task: ExecutorTask, started: float, frame: Frame | None = None,
+                 failure: ProgramFailure | None = None) -> ProcessOutcome:
+        """The task's outcome from the program's answer (``frame``) or its ``failure``; the program goes
+        back to the idle ones, or is replaced when it failed."""
+        if failure is None:
             header = frame.header
             problem = _result_problem(header, task.task_id)
             if problem:
                 program.fail("protocol", problem)
-                raise ProgramFailure("protocol", f"the program answered with a malformed result: {problem}")
-        except ProgramFailure as exc:
-            self._forget(program, exc.reason)
+                failure = ProgramFailure("protocol", f"the program answered with a malformed result: {problem}")
+        if failure is not None:
+            self._forget(program, failure.reason)
             duration = round(time.monotonic() - started, 3)
-            if exc.reason == "timeout":
-                return ProcessOutcome(-1, "", exc.message, program.pid, duration, timed_out=True)
+            if failure.reason == "timeout":
+                return ProcessOutcome(-1, "", failure.message, program.pid, duration, timed_out=True)
             self._failed()
-            log.warning("persistent program failed", reason=exc.reason, error=exc.message, task_id=task.task_id)
-            code = exc.exit_code if exc.exit_code is not None else -1
-            return ProcessOutcome(code, "", exc.message, program.pid, duration, failure=exc.reason)
-        except BaseException:  # cancelled (shutdown, revoke): it is mid-task, so it cannot be reused
-            program.kill("was stopped mid-task")
-            self._forget(program, "cancelled")
-            raise
+            log.warning("persistent program failed", reason=failure.reason, error=failure.message,
+                        task_id=task.task_id)
+            code = failure.exit_code if failure.exit_code is not None else -1
+            return ProcessOutcome(code, "", failure.message, program.pid, duration, failure=failure.reason)
         elapsed = time.monotonic() - started
         reported = header.get("duration_seconds")
         duration = reported if type(reported) in (int, float) and 0 <= reported <= elapsed else elapsed
@@ -116,13 +141,16 @@ class ProgramPool:
         return ProcessOutcome(header["exit_code"], decode_head(stdout, out_cut), decode_head(stderr, err_cut),
                               program.pid, round(duration, 3), stdout_truncated=out_cut, stderr_truncated=err_cut)
 
+    def abandon(self, program: Program) -> None:
+        """The task it runs was cancelled (shutdown, revoke): mid-task, it cannot be reused."""
+        program.kill("was stopped mid-task")
+        self._forget(program, "cancelled")
+
     # --- programs in and out ----------------------------------------------------------------------
     async def _take(self, command: tuple[str, ...]) -> Program:
-        idle = self._idle.get(command)
-        while idle:
-            program = idle.pop()
-            if program.gone is None:
-                return program
+        program = self.take_idle(command)
+        if program is not None:
+            return program
         if len(self._live) >= self.slots:
             self._evict_idle()
         wait = self._next_start - time.monotonic()

@@ -7,10 +7,12 @@ the next effects. All bookkeeping — groups, windows, in-flight runs, the water
 in the ledger; this file only does the waiting.
 
 A message's life, in the order it reads here: ``_window`` (deserialize, take, arrange) →
-``_run`` (execute, on_task_complete, deliver, settle) → ``_close`` (on_message_complete,
+``run_task`` (execute, on_task_complete, deliver, settle) → ``_close`` (on_message_complete,
 deliver, group_closed → the offset completes) → ``_finish`` (on_window_complete, deliver).
 What cannot go on goes through ``_dead_letter``. The close a task's end brings runs in that
-task's own asyncio task (``_carry_on``); every other effect starts one of its own.
+task's own asyncio task (``_carry_on``); every other effect starts one of its own. A persistent
+task's usual life takes no asyncio task at all: direct.py carries it through callbacks, and hands
+it to ``run_task``, ``complete`` or ``deliver_and_settle`` the moment it leaves that way.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from knarr.api.messages import SourceMessage
 from knarr.api.payloads import CollectResult
 from knarr.api.tasks import ExecutorResult, ExecutorTask
 from knarr.config.models import ExecutorConfig
+from knarr.engine.direct import DirectPath
 from knarr.engine.execution import TaskExecutor, task_context, task_error
 from knarr.engine.hooks import Called, call_hook, call_sync_hook, defines
 from knarr.engine.ledger import (
@@ -91,9 +94,10 @@ class PartitionProcessor:
         # Hooks left at BaseHandler's do nothing per message: skipped (hooks.defines)
         self._deserializes = defines(handler, "deserialize_message") or handler.input_model is not None
         self._labels_messages = defines(handler, "message_label")
-        self._completes_tasks = defines(handler, "on_task_complete")
+        self.completes_tasks = defines(handler, "on_task_complete")
         self._completes_messages = defines(handler, "on_message_complete")
         self._completes_windows = defines(handler, "on_window_complete")
+        self._direct = DirectPath(self)  # persistent tasks' usual way, without an asyncio task each
 
     @property
     def watermark(self):
@@ -296,11 +300,12 @@ class PartitionProcessor:
                 self.stats.tasks += 1
                 if self.recorder is not None:
                     self._record_queued(effect.run)
-                self._spawn(self._run(effect.run))
+                if not self._direct.start(effect.run):
+                    self.spawn(self.run_task(effect.run))
             elif self._in_place(effect):
                 self._settle_in_place(effect)
             else:
-                self._spawn(self._effect(effect))
+                self.spawn(self._effect(effect))
         self._update_settled()
 
     def _in_place(self, effect: Effect) -> bool:
@@ -349,7 +354,7 @@ class PartitionProcessor:
         self.recorder.record("task_queued", self.partition, run.first_offset, task.task_id,
                              task.parent_task_id, data=data)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         child = asyncio.create_task(self._supervised(coro))
         self._children.add(child)
         child.add_done_callback(self._children.discard)
@@ -359,19 +364,35 @@ class PartitionProcessor:
             await coro
         except asyncio.CancelledError:
             raise
-        except FatalError as exc:
+        except Exception as exc:
+            self.crashed(exc)
+
+    def crashed(self, exc: Exception) -> None:
+        """What carrying out a message's work raised: a fatal error stops the worker; anything else is an
+        engine bug mid-message, and the ledger may be inconsistent: the partition fails."""
+        if isinstance(exc, FatalError):
             self.on_fatal(exc)
-        except Exception as exc:  # an engine bug mid-message: the ledger may be inconsistent, fail the partition
-            self._restarts = max(self._restarts, 1)
-            self._died(exc)
-            if self._loop_task is not None:
-                self._loop_task.cancel()
+            return
+        self._restarts = max(self._restarts, 1)
+        self._died(exc)
+        if self._loop_task is not None:
+            self._loop_task.cancel()
 
     # --- a task ----------------------------------------------------------------------------
-    async def _run(self, run: Run) -> None:
-        outcome, run.attempt = await self.executor.run(run.task, self.partition, run.attempt, run.first_offset)
+    async def run_task(self, run: Run, granted: bool = False, first: Any = None) -> None:
+        """A task's life in its own asyncio task; ``granted`` and ``first`` hand over one direct.py began."""
+        outcome, run.attempt = await self.executor.run(run.task, self.partition, run.attempt, run.first_offset,
+                                                       granted=granted, first=first)
+        await self.complete(run, outcome)
+
+    async def complete(self, run: Run, outcome: Outcome, hook: Any = None) -> None:
+        """The task ran to its outcome: on_task_complete (``hook``: its call, begun), delivery, settling."""
         if isinstance(outcome, Succeeded):
-            outcome = await self._task_complete(run, outcome)
+            outcome = await self._task_complete(run, outcome, hook)
+        self.count(outcome)
+        await self._carry_on(self.ledger.settle(run, outcome))
+
+    def count(self, outcome: Outcome) -> None:
         if isinstance(outcome, Succeeded):
             self.stats.succeeded += 1
         elif isinstance(outcome, Failed):
@@ -380,25 +401,43 @@ class PartitionProcessor:
                 metrics.labelled(metrics.tasks, "dead_lettered" if self.ledger.dead_letter_exhausted else "discarded").inc()
         else:
             self.stats.replaced += 1
+
+    async def deliver_and_settle(self, run: Run, outcome: Succeeded, started: float,
+                                 delivering: Coroutine[Any, Any, int]) -> None:
+        """direct.py's hand-over of a delivery it did not finish: the rest, then settling the task."""
+        delivered = await delivering
+        self.stats.outputs += delivered
+        self.task_completed(run, started, delivered)
+        self.count(outcome)
         await self._carry_on(self.ledger.settle(run, outcome))
 
-    async def _task_complete(self, run: Run, outcome: Succeeded) -> Outcome:
+    def settle(self, run: Run, outcome: Outcome) -> None:
+        """direct.py's end of a task: count its outcome and carry out what settling it brings."""
+        self.count(outcome)
+        self._carry_out(self.ledger.settle(run, outcome))
+        self.on_progress()
+
+    async def _task_complete(self, run: Run, outcome: Succeeded, hook: Any = None) -> Outcome:
         result = outcome.result
         started = time.monotonic()
         delivered = 0
-        if self._completes_tasks:
-            called = await call_hook("on_task_complete", self.handler.on_task_complete, result, log=self.log,
-                                     **task_context(run.task))
+        if self.completes_tasks:
+            called = await hook if hook is not None else await call_hook(
+                "on_task_complete", self.handler.on_task_complete, result, log=self.log, **task_context(run.task))
             if called.raised:
-                return self._hook_failed(run, result, f"on_task_complete raised {_exc_text(called.error)}")
+                return self.hook_failed(run, result, called.error)
             delivered = await self._deliver(called.value, "task", [g.message for g in run.groups], run.task.task_id)
+        self.task_completed(run, started, delivered)
+        return outcome
+
+    def task_completed(self, run: Run, started: float, delivered: int) -> None:
         events.emit("task_complete", self.recorder, lambda: {
             "partition": self.partition, "offset": run.first_offset, **task_context(run.task),
             "duration": round(time.monotonic() - started, 6), "output_message_count": delivered})
-        return outcome
 
-    def _hook_failed(self, run: Run, result: ExecutorResult, reason: str) -> Failed:
+    def hook_failed(self, run: Run, result: ExecutorResult, error: BaseException | None) -> Failed:
         """on_task_complete raised: the task counts as failed (reason 'hook')."""
+        reason = f"on_task_complete raised {_exc_text(error)}"
         if self.recorder is not None:
             self.recorder.record("task_failed", self.partition, run.first_offset, run.task.task_id,
                                  run.task.parent_task_id,
@@ -462,11 +501,7 @@ class PartitionProcessor:
     async def _deliver(self, collect: Any, stage: str, messages: list[SourceMessage],
                        task_id: str | None = None) -> int:
         """Deliver what a hook returned; ``messages`` are what it derives from (named in dead letters)."""
-        if collect is None:
-            return 0
-        if not isinstance(collect, CollectResult):
-            raise FatalError(f"hooks must return CollectResult or None, got {type(collect).__name__}")
-        if not collect.has_outputs:
+        if _outputs(collect) is None:
             return 0
         try:
             delivered = await self.sinks.deliver(collect, Origin.of(self.partition, messages, stage, task_id))
@@ -474,6 +509,16 @@ class PartitionProcessor:
             raise FatalError(str(exc)) from exc
         self.stats.outputs += delivered
         return delivered
+
+    def plan(self, collect: Any) -> list[tuple[Any, list[Any]]] | None:
+        """What a hook returned, resolved to its sinks (direct.py delivers from it); None when there is
+        nothing to deliver. FatalError as ``_deliver`` raises it."""
+        if _outputs(collect) is None:
+            return None
+        try:
+            return self.sinks.plan(collect)
+        except ValueError as exc:
+            raise FatalError(str(exc)) from exc
 
     async def _dead_letter(self, letter: DeadLetter) -> None:
         """Write the dead letter (the DLQ's own failure policy applies inside), then let what it held go on."""
@@ -510,6 +555,7 @@ class PartitionProcessor:
     async def stop(self) -> None:
         """Cancel everything still running (subprocess groups are killed by their runners), and wait
         until it has ended: stopping.cancel_and_wait cancels again what lost its cancel."""
+        self._direct.stop()
         await cancel_and_wait([t for t in [self._loop_task, *self._children] if t is not None], self.log)
         self.ledger.forget()
         self._queue.clear()
@@ -517,6 +563,15 @@ class PartitionProcessor:
 
 
 _NOTHING = Called()  # what a hook the handler leaves out answers: None
+
+
+def _outputs(collect: Any) -> CollectResult | None:
+    """What a hook returned, if it has outputs to deliver; FatalError when it is no CollectResult (a handler bug)."""
+    if collect is None:
+        return None
+    if not isinstance(collect, CollectResult):
+        raise FatalError(f"hooks must return CollectResult or None, got {type(collect).__name__}")
+    return collect if collect.has_outputs else None
 
 
 def _exc_text(exc: BaseException | None) -> str:

@@ -225,14 +225,19 @@ class Program:
         """Send ``frame`` and wait for the program's next one; ProgramFailure if it cannot answer in time."""
         if self.gone is not None:
             raise ProgramFailure("crash", f"the program {self.gone} before it could answer")
-        waiter = self.waiter = self.loop.create_future()
-        self.deadlines.start(self, waiter, timeout, what)
         try:
-            if frame:
-                self._write(frame)
-            return await waiter
+            return await self.send(frame, timeout, what)
         finally:
             self.deadlines.stop(self)
+
+    def send(self, frame: bytes, timeout: float, what: str) -> asyncio.Future[Frame]:
+        """Send ``frame``; the future gets the program's next frame, or fails with ProgramFailure if it
+        cannot answer within ``timeout``. Whoever takes the answer stops its deadline (``deadlines.stop``)."""
+        waiter = self.waiter = self.loop.create_future()
+        self.deadlines.start(self, waiter, timeout, what)
+        if frame:
+            self._write(frame)
+        return waiter
 
     def expire(self, waiter: asyncio.Future, timeout: float, what: str) -> None:
         if not waiter.done():

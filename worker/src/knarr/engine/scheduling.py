@@ -23,6 +23,15 @@ import heapq
 import itertools
 from collections import defaultdict
 from collections.abc import Callable
+from typing import Protocol
+
+
+class Waiter(Protocol):
+    """What waits for a slot: an asyncio future, or anything answering the same two calls."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, held: bool) -> None: ...
 
 
 class SlotScheduler:
@@ -36,7 +45,7 @@ class SlotScheduler:
         self.held = 0  # held places granted and not yet settled
         self.pass_slot: Callable[[], bool] | None = None  # the runner's: a free slot to its first held task
         self.active: defaultdict[int, int] = defaultdict(int)
-        self._waiting: dict[int, list[tuple[tuple, int, asyncio.Future[bool], bool]]] = {}
+        self._waiting: dict[int, list[tuple[tuple, int, Waiter, bool]]] = {}
         self._last_served: defaultdict[int, int] = defaultdict(int)
         self._seq = itertools.count()
         self._grants = itertools.count(1)
@@ -63,10 +72,7 @@ class SlotScheduler:
                 self._grant(partition, held=True)
                 return True
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiting.setdefault(partition, []), (priority, next(self._seq), fut, can_hold))
-        self.waiting_count += 1
-        self._waiting_holdable += can_hold
-        self._dispatch()
+        self.wait(partition, priority, fut, can_hold)
         try:
             return await fut
         except asyncio.CancelledError:
@@ -74,6 +80,21 @@ class SlotScheduler:
                 # Granted in the same tick we were cancelled: hand the slot (or place) back.
                 self.give_back(partition, fut.result())
             raise
+
+    def take(self, partition: int) -> bool:
+        """A slot at once, if one is free and no task waits before this one (else wait for it)."""
+        if not self._waiting and self.free > 0 and self._under_cap(partition):
+            self._grant(partition)
+            return True
+        return False
+
+    def wait(self, partition: int, priority: tuple, waiter: Waiter, can_hold: bool = False) -> None:
+        """Queue ``waiter`` for a slot (or, ``can_hold``, a held place) in priority order: its
+        ``set_result(held)`` is called when it has one, unless it is ``done()`` by then (given up)."""
+        heapq.heappush(self._waiting.setdefault(partition, []), (priority, next(self._seq), waiter, can_hold))
+        self.waiting_count += 1
+        self._waiting_holdable += can_hold
+        self._dispatch()
 
     def release(self, partition: int) -> None:
         """A slot's task has ended: the slot is free."""

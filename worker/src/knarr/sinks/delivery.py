@@ -153,15 +153,21 @@ class SinkManager:
         """Deliver everything in ``collect``; returns how many payloads went out (to sinks or DLQ)."""
         if collect is None or not collect.has_outputs:
             return 0
-        plan = self.plan(collect)
+        return await self.deliver_plan(self.plan(collect), origin)
+
+    async def deliver_plan(self, plan: list[tuple[Sink, list[Any]]], origin: Origin) -> int:
+        """Deliver what ``plan`` resolved; returns how many payloads went out (to sinks or DLQ)."""
         if len(plan) == 1:
             sink, payloads = plan[0]
-            await self._deliver_to(sink, payloads, origin)
+            await self.deliver_to(sink, payloads, origin)
         else:
-            await asyncio.gather(*(self._deliver_to(sink, payloads, origin) for sink, payloads in plan))
+            await asyncio.gather(*(self.deliver_to(sink, payloads, origin) for sink, payloads in plan))
         return sum(len(p) for _, p in plan)
 
-    async def _deliver_to(self, sink: Sink, payloads: list[Any], origin: Origin) -> None:
+    async def deliver_to(self, sink: Sink, payloads: list[Any], origin: Origin,
+                         failed: Exception | None = None) -> None:
+        """Deliver ``payloads`` to ``sink`` until it takes them or they are handled (skipped, dead-lettered).
+        ``failed``: the first try's error, when that try was made elsewhere (direct.py's)."""
         labels = (sink.name, sink.sink_type)
         attempt = 1
         outage = 0  # transient failures in a row
@@ -171,6 +177,9 @@ class SinkManager:
                     raise asyncio.CancelledError  # into the error that brought us round again
                 started = time.monotonic()
                 try:
+                    if failed is not None:
+                        failed, first = None, failed
+                        raise first
                     await sink.deliver(payloads)
                 except TransientSinkError as exc:
                     outage += 1
@@ -200,18 +209,23 @@ class SinkManager:
                         log.warning("sink delivery retries exhausted; dead-lettering", sink=sink.name, attempts=attempt)
                     await self.dead_letter(error)
                     return
-                metrics.labelled(metrics.sink_deliveries, *labels).inc()
-                metrics.labelled(metrics.sink_payloads, *labels).inc(len(payloads))
-                metrics.labelled(metrics.sink_duration, *labels).observe(time.monotonic() - started)
-                if self.recorder is not None:
-                    self.recorder.record("delivered", origin.partition, origin.offsets[0] if origin.offsets else None,
-                                         origin.task_id, None, (time.monotonic() - started) * 1000, {
-                                             "sink": f"{sink.sink_type}.{sink.name}", "count": len(payloads),
-                                             "stage": origin.stage, "offsets": list(origin.offsets)})
+                self.delivered(sink, payloads, origin, started)
                 return
         finally:
             if outage:  # this delivery waited for its sink
                 self._settled_wait(sink, origin.partition)
+
+    def delivered(self, sink: Sink, payloads: list[Any], origin: Origin, started: float) -> None:
+        """The sink confirmed ``payloads``, handed to it at ``started``: count it, and record it."""
+        labels = (sink.name, sink.sink_type)
+        metrics.labelled(metrics.sink_deliveries, *labels).inc()
+        metrics.labelled(metrics.sink_payloads, *labels).inc(len(payloads))
+        metrics.labelled(metrics.sink_duration, *labels).observe(time.monotonic() - started)
+        if self.recorder is not None:
+            self.recorder.record("delivered", origin.partition, origin.offsets[0] if origin.offsets else None,
+                                 origin.task_id, None, (time.monotonic() - started) * 1000, {
+                                     "sink": f"{sink.sink_type}.{sink.name}", "count": len(payloads),
+                                     "stage": origin.stage, "offsets": list(origin.offsets)})
 
     async def _wait_for(self, sink: Sink, exc: TransientSinkError, outage: int, partition: int | None) -> None:
         """A sink that is down: wait (backoff, or the server's Retry-After) before trying the same batch again.

@@ -43,14 +43,27 @@ class KafkaSink:
             raise SinkConnectError(f"kafka sink {self.name!r} (topic {self.config.topic!r}): {exc}") from None
 
     async def deliver(self, payloads: list[Any]) -> None:
-        records = [(p.data_json().encode(), p.key, p.headers or None) for p in payloads if isinstance(p, KafkaPayload)]
         try:
-            await self._producer.produce_all(self.config.topic, records)
+            await self.begin(payloads)
         except KafkaException as exc:
-            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-            if err is not None and (err.retriable() or err.code() in _TRANSIENT):
-                raise TransientSinkError(f"topic {self.config.topic!r}: {err.str()}") from None
-            raise PermanentSinkError(f"topic {self.config.topic!r}: {err.str() if err else exc}") from None
+            raise self.failure(exc) from None
+
+    def begin(self, payloads: list[Any]) -> asyncio.Future:
+        """Hand the payloads to the producer; the future settles when the broker has them all (or fails
+        with the first KafkaException, which ``failure`` turns into the sink's error). Raises
+        KafkaException for what the producer refuses at once."""
+        records = [(p.data_json().encode(), p.key, p.headers or None) for p in payloads if isinstance(p, KafkaPayload)]
+        return self._producer.produce_all(self.config.topic, records)
+
+    def failure(self, exc: BaseException) -> BaseException:
+        """A delivery's KafkaException as the sink's error: transient when the brokers are away, else
+        permanent. Any other exception is what it is."""
+        if not isinstance(exc, KafkaException):
+            return exc
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if err is not None and (err.retriable() or err.code() in _TRANSIENT):
+            return TransientSinkError(f"topic {self.config.topic!r}: {err.str()}")
+        return PermanentSinkError(f"topic {self.config.topic!r}: {err.str() if err else exc}")
 
     async def close(self) -> None:
         await asyncio.to_thread(self._producer.close)

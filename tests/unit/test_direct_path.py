@@ -1,0 +1,211 @@
+"""A persistent task's usual life goes through callbacks, without an asyncio task of its own, and
+every way off it goes on through the engine's usual code, from where the task was.
+
+A real partition processor, executor and program pool (tests/programs/behave_persistent.py, real
+processes), and a sink of the test's own that confirms deliveries through futures, as the Kafka
+sink does, so each confirmation and refusal can be made to happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import knarr
+from knarr.api.messages import SourceMessage
+from knarr.config.models import ExecutorConfig
+from knarr.engine.execution import TaskExecutor
+from knarr.engine.processor import PartitionProcessor
+from knarr.engine.scheduling import SlotScheduler
+from knarr.sinks.base import TransientSinkError
+from knarr.sinks.delivery import SinkManager
+
+BEHAVE_PERSISTENT = [sys.executable, str(Path(__file__).resolve().parents[1] / "programs" / "behave_persistent.py")]
+
+
+class ConfirmingSink:
+    """A Kafka-like sink: ``begin`` hands back a future the test (or ``auto``) settles."""
+
+    sink_type = kind = "kafka"
+    name = "out"
+
+    def __init__(self, auto: bool = True, refuse_first: bool = False) -> None:
+        self.auto, self.refuse_first = auto, refuse_first
+        self.begun: list[tuple[list[Any], asyncio.Future]] = []
+        self.delivered: list[Any] = []
+
+    async def connect(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def begin(self, payloads: list[Any]) -> asyncio.Future:
+        if self.refuse_first:
+            self.refuse_first = False
+            raise RuntimeError("refused at once")
+        future = asyncio.get_running_loop().create_future()
+        self.begun.append((payloads, future))
+        if self.auto:
+            self.delivered += payloads
+            future.set_result(None)
+        return future
+
+    def failure(self, exc: BaseException) -> BaseException:
+        return TransientSinkError(str(exc)) if isinstance(exc, RuntimeError) else exc
+
+    async def deliver(self, payloads: list[Any]) -> None:  # the sink manager's retries come here
+        self.delivered += payloads
+
+
+class Echo(knarr.BaseHandler[None, None]):
+    """One task per message, its args the message's text; its stdout goes to the sink."""
+
+    def __init__(self, waits: bool = False, raises: bool = False) -> None:
+        super().__init__()
+        self.waits, self.raises = waits, raises
+        self.errors: list[knarr.ExecutorError] = []
+
+    async def arrange(self, messages, pending):
+        return [knarr.ExecutorTask(args=m.value.decode().split(), source_offsets=[m.offset]) for m in messages]
+
+    async def on_task_complete(self, result):
+        if self.waits:
+            await asyncio.sleep(0.01)
+        if self.raises:
+            raise ValueError("the hook's own bug")
+        return knarr.CollectResult(kafka=[knarr.KafkaPayload(data={"out": result.stdout})])
+
+    async def on_error(self, task, error):
+        self.errors.append(error)
+        return knarr.ErrorAction.RETRY
+
+
+class Rig:
+    def __init__(self, handler: Echo, sink: ConfirmingSink, slots: int = 2) -> None:
+        config = ExecutorConfig(max_executors=slots, task_timeout_seconds=30, max_retries=2,
+                                retry_backoff_base_seconds=0.01, persistent={"command": BEHAVE_PERSISTENT})
+        self.scheduler = SlotScheduler(slots)
+        self.executor = TaskExecutor(handler, self.scheduler, config)
+        self.sink = sink
+        self.fatal: list[BaseException] = []
+        self.processor = PartitionProcessor("in", 0, handler, self.executor, SinkManager([sink], None, handler),
+                                            config, on_fatal=self.fatal.append)
+        self.processor.start()
+        self.offset = 0
+
+    def send(self, *texts: str) -> None:
+        messages = []
+        for text in texts:
+            messages.append(SourceMessage(topic="in", partition=0, offset=self.offset, value=text.encode()))
+            self.offset += 1
+        self.processor.enqueue(messages)
+
+    async def warm(self) -> None:
+        """One task per slot, so every program has started (the first tasks start them on the asyncio path)."""
+        self.send(*(f"out=warm-{i}" for i in range(self.scheduler.slots)))
+        await self.settled()
+
+    async def settled(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not (self.processor.is_settled and self.processor.watermark.committable() == self.offset):
+            assert time.monotonic() < deadline, "the messages did not all complete"
+            assert not self.fatal, self.fatal
+            await asyncio.sleep(0.01)
+
+    async def close(self) -> None:
+        await self.processor.stop()
+        await self.executor.close()
+
+
+@pytest.fixture
+async def rig_of():
+    rigs: list[Rig] = []
+
+    def make(handler: Echo | None = None, sink: ConfirmingSink | None = None, slots: int = 2) -> Rig:
+        rigs.append(Rig(handler or Echo(), sink or ConfirmingSink(), slots))
+        return rigs[-1]
+
+    yield make
+    for rig in rigs:
+        await rig.close()
+
+
+async def test_the_usual_task_takes_no_asyncio_task_of_its_own_and_its_outputs_are_confirmed(rig_of):
+    rig = rig_of()
+    await rig.warm()
+    rig.send(*(f"out=m{i}" for i in range(40)))
+    tasks_seen = 0
+    while not rig.processor.is_settled:
+        tasks_seen = max(tasks_seen, len(rig.processor._children))
+        await asyncio.sleep(0)
+    await rig.settled()
+    assert tasks_seen == 0
+    assert sorted(p.data["out"] for p in rig.sink.delivered[2:]) == sorted(f"m{i}\n" for i in range(40))
+    assert rig.scheduler.free == 2 and not rig.processor._direct.tasks
+    assert rig.processor.stats.succeeded == 42 and rig.processor.stats.outputs == 42
+
+
+async def test_a_sink_that_refuses_at_once_gets_the_sink_managers_retry(rig_of):
+    rig = rig_of()
+    await rig.warm()
+    rig.sink.refuse_first = True
+    rig.send("out=once")
+    await rig.settled()
+    assert [p.data["out"] for p in rig.sink.delivered][-1] == "once\n"  # through deliver(), after the refusal
+    assert not [b for b in rig.sink.begun if b[0][0].data["out"] == "once\n"]
+
+
+async def test_a_confirmation_that_fails_gets_the_sink_managers_retry(rig_of):
+    rig = rig_of()
+    await rig.warm()
+    rig.sink.auto = False
+    rig.send("out=late")
+    while not rig.sink.begun:
+        await asyncio.sleep(0.01)
+    rig.sink.begun[0][1].set_exception(RuntimeError("the broker went away"))
+    await rig.settled()
+    assert [p.data["out"] for p in rig.sink.delivered][-1] == "late\n"
+    assert rig.processor.stats.outputs == 3
+
+
+async def test_a_hook_that_waits_finishes_in_a_task_of_its_own(rig_of):
+    rig = rig_of(Echo(waits=True))
+    rig.send("out=a", "out=b", "out=c")
+    await rig.settled()
+    assert sorted(p.data["out"] for p in rig.sink.delivered) == ["a\n", "b\n", "c\n"]
+
+
+async def test_a_hook_that_raises_fails_its_task_as_on_the_asyncio_path(rig_of):
+    rig = rig_of(Echo(raises=True))
+    rig.send("out=warm", "out=x")
+    await rig.settled()
+    assert rig.processor.stats.failed == 2 and not rig.sink.delivered
+
+
+async def test_a_failed_attempt_goes_on_to_on_error_and_its_retry(rig_of, tmp_path):
+    handler = Echo()
+    rig = rig_of(handler)
+    await rig.warm()
+    failfile = tmp_path / "fails"
+    failfile.write_text("1")  # the first run fails, the retry succeeds
+    rig.send(f"failfile={failfile} out=second-time")
+    await rig.settled()
+    assert [e.attempt for e in handler.errors] == [1]
+    assert rig.sink.delivered[-1].data["out"] == "second-time\n"
+
+
+async def test_a_stop_takes_back_every_slot_and_kills_the_programs_mid_task(rig_of):
+    rig = rig_of(slots=2)
+    await rig.warm()
+    programs = set(rig.executor.programs._live)
+    rig.send(*("sleep=30" for _ in range(5)))  # two run, three wait for a slot
+    while len(rig.processor._direct.tasks) < 5 or rig.scheduler.free:
+        await asyncio.sleep(0.01)
+    await asyncio.wait_for(rig.processor.stop(), 10)
+    assert rig.scheduler.free == 2 and rig.scheduler.waiting_count == 0
+    assert not rig.processor._direct.tasks
+    await asyncio.wait_for(asyncio.gather(*(p.exited for p in programs)), 10)  # killed, not left running
