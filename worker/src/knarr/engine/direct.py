@@ -46,16 +46,13 @@ class DirectPath:
 
     def __init__(self, processor: PartitionProcessor) -> None:
         self.processor = processor
+        self.executor = processor.executor
         self.tasks: set[_Direct] = set()
 
     def start(self, run: Run) -> bool:
         """Take ``run`` on the direct path; False when it needs its own asyncio task from the start."""
-        if run.attempt != 1:
-            return False
-        command = self.processor.executor.direct_command(run.task)
-        if command is None:
-            return False
-        return _Direct(self, run, command).begin()
+        command = self.executor.direct_command(run.task) if run.attempt == 1 else None
+        return command is not None and _Direct(self, run, command).begin()
 
     def stop(self) -> None:
         """Give up every task on the path: the waiting ones first, so no slot freed here goes to one of them."""

@@ -222,10 +222,11 @@ class TaskExecutor:
         """The persistent program a first attempt may run in through direct.py's path, or None when the
         task needs what only this coroutine path does: a precomputed result, a delay, an expiry, spawn
         mode, a missing program, or the flight recorder's events."""
-        if (self.recorder is not None or task.precomputed is not None or task.delay_seconds or task.not_before
-                or task.expires_at is not None):
+        command = program_command(task, self.config)  # (None at once in spawn mode)
+        if (not command or self.recorder is not None or task.precomputed is not None or task.delay_seconds
+                or task.not_before or task.expires_at is not None):
             return None
-        return program_command(task, self.config) or None
+        return command
 
     def outcome_of(self, task: ExecutorTask, attempt: int, proc: ProcessOutcome) -> ExecutorResult | ExecutorError:
         """What a run's process outcome makes of the attempt: its result (exit 0), or why it failed."""

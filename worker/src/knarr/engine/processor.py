@@ -383,12 +383,14 @@ class PartitionProcessor:
         """A task's life in its own asyncio task; ``granted`` and ``first`` hand over one direct.py began."""
         outcome, run.attempt = await self.executor.run(run.task, self.partition, run.attempt, run.first_offset,
                                                        granted=granted, first=first)
-        await self.complete(run, outcome)
-
-    async def complete(self, run: Run, outcome: Outcome, hook: Any = None) -> None:
-        """The task ran to its outcome: on_task_complete (``hook``: its call, begun), delivery, settling."""
         if isinstance(outcome, Succeeded):
-            outcome = await self._task_complete(run, outcome, hook)
+            outcome = await self._task_complete(run, outcome)
+        self.count(outcome)
+        await self._carry_on(self.ledger.settle(run, outcome))
+
+    async def complete(self, run: Run, outcome: Succeeded, hook: Any) -> None:
+        """direct.py's hand-over of a task whose on_task_complete waits (``hook``: the rest of that call)."""
+        outcome = await self._task_complete(run, outcome, hook)
         self.count(outcome)
         await self._carry_on(self.ledger.settle(run, outcome))
 
