@@ -9,6 +9,7 @@ sink does, so each confirmation and refusal can be made to happen.
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import time
 from pathlib import Path
@@ -205,7 +206,12 @@ async def test_a_stop_takes_back_every_slot_and_kills_the_programs_mid_task(rig_
     rig.send(*("sleep=30" for _ in range(5)))  # two run, three wait for a slot
     while len(rig.processor._direct.tasks) < 5 or rig.scheduler.free:
         await asyncio.sleep(0.01)
+    unhandled: list[dict] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: unhandled.append(context))
     await asyncio.wait_for(rig.processor.stop(), 10)
     assert rig.scheduler.free == 2 and rig.scheduler.waiting_count == 0
     assert not rig.processor._direct.tasks
     await asyncio.wait_for(asyncio.gather(*(p.exited for p in programs)), 10)  # killed, not left running
+    await asyncio.sleep(0.05)
+    gc.collect()  # a program's answer that failed with nobody to take it would be reported now
+    assert unhandled == []

@@ -64,8 +64,8 @@ class DirectPath:
 class _Direct:
     """One task on the direct path: waiting for a slot, running in a program, or delivering."""
 
-    __slots__ = ("path", "run", "command", "request", "timeout", "started", "program", "waiting", "cancelled",
-                 "outcome", "completing", "sink", "payloads", "origin", "sent")
+    __slots__ = ("path", "run", "command", "request", "timeout", "started", "program", "answer", "waiting",
+                 "cancelled", "outcome", "completing", "sink", "payloads", "origin", "sent")
 
     def __init__(self, path: DirectPath, run: Run, command: tuple[str, ...]) -> None:
         self.path, self.run, self.command = path, run, command
@@ -77,8 +77,7 @@ class _Direct:
         processor = self.path.processor
         executor, task = processor.executor, self.run.task
         self.timeout = task.timeout_seconds or executor.config.task_timeout_seconds
-        self.started = time.monotonic()
-        request = executor.programs.request(self.command, task, self.timeout, self.started)
+        request = executor.programs.request(self.command, task, self.timeout, time.monotonic())
         if isinstance(request, ProcessOutcome):  # no frame carries this task: the attempt says why
             return False
         self.request = request
@@ -107,8 +106,9 @@ class _Direct:
             if program is None:  # none idle (one is starting, or was replaced): the attempt, with its slot
                 self._hand_over(processor.run_task(self.run, granted=True))
                 return
-            self.program = program
-            program.send(self.request, self.timeout, "task").add_done_callback(self._answered)
+            self.program, self.started = program, time.monotonic()  # its duration counts from here, not the wait
+            self.answer = program.send(self.request, self.timeout, "task")
+            self.answer.add_done_callback(self._answered)
         except Exception as exc:
             self._crash(exc)
 
@@ -171,10 +171,10 @@ class _Direct:
 
     # --- the sink's confirmation ---------------------------------------------------------
     def _delivered(self, confirmed: asyncio.Future) -> None:
+        failure = None if confirmed.cancelled() else confirmed.exception()  # (taken even when given up)
         if self.cancelled:
             return
         try:
-            failure = confirmed.exception()
             if failure is not None:
                 self._redeliver(self.sink.failure(failure))
                 return
@@ -218,6 +218,7 @@ class _Direct:
         program = self.program
         if program is not None:  # mid-task: killed, as a cancelled attempt's program is, and its slot freed
             self.program = None
+            self.answer.cancel()  # as a cancelled attempt's wait is: the program's exit has no one to fail
             program.deadlines.stop(program)
             executor = self.path.processor.executor
             executor.programs.abandon(program)
