@@ -27,24 +27,56 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
-from knarr.api.tasks import ExecutorError
-from knarr.engine.execution import task_context
+from knarr.api.handler import BaseHandler
+from knarr.api.tasks import ExecutorError, ExecutorResult
+from knarr.engine.execution import TaskExecutor, task_context
 from knarr.engine.hooks import Called, start_hook
-from knarr.engine.ledger import Run, Succeeded
+from knarr.engine.ledger import Failed, Outcome, Run, Succeeded
 from knarr.engine.processes import ProcessOutcome
 from knarr.engine.programs import Program, ProgramFailure
-from knarr.sinks.delivery import Origin
+from knarr.engine.stats import RunStats
+from knarr.sinks.delivery import Origin, SinkManager
 
-if TYPE_CHECKING:
-    from knarr.engine.processor import PartitionProcessor
+
+class Partition(Protocol):
+    """What the path takes from its partition's processor (processor.py): the parts it shares, and
+    the usual path's steps, to hand a task over to or to end it with."""
+
+    partition: int
+    handler: BaseHandler
+    executor: TaskExecutor
+    sinks: SinkManager
+    stats: RunStats
+    log: Any
+    completes_tasks: bool
+
+    def run_task(self, run: Run, granted: bool = False, first: Any = None) -> Coroutine[Any, Any, None]: ...
+
+    def complete(self, run: Run, outcome: Succeeded, hook: Any) -> Coroutine[Any, Any, None]: ...
+
+    def deliver_and_settle(self, run: Run, outcome: Succeeded, started: float,
+                           delivering: Coroutine[Any, Any, int]) -> Coroutine[Any, Any, None]: ...
+
+    def plan(self, collect: Any) -> list[tuple[Any, list[Any]]] | None: ...
+
+    def hook_failed(self, run: Run, result: ExecutorResult, error: BaseException | None) -> Failed: ...
+
+    def task_completed(self, run: Run, started: float, delivered: int) -> None: ...
+
+    def settle(self, run: Run, outcome: Outcome) -> None: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None: ...
+
+    def crashed(self, exc: Exception) -> None: ...
 
 
 class DirectPath:
     """One partition's tasks on the direct path."""
 
-    def __init__(self, processor: PartitionProcessor) -> None:
+    def __init__(self, processor: Partition) -> None:
         self.processor = processor
         self.executor = processor.executor
         self.tasks: set[_Direct] = set()
