@@ -57,6 +57,7 @@ from knarr.engine.processes import run_process  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.logging import configure_logging  # noqa: E402
 from knarr.sources.kafka import KafkaSource  # noqa: E402
+from python_floor import RESULT as FLOOR_RESULT  # noqa: E402
 
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
 
@@ -258,21 +259,20 @@ async def python_floor(bootstrap: str, messages: int, max_executors: int) -> Fig
     child = await asyncio.create_subprocess_exec(sys.executable, str(BENCH / "python_floor.py"), json.dumps(spec),
                                                  stdout=asyncio.subprocess.PIPE)
     out, _ = await asyncio.wait_for(child.communicate(), 900)
-    lines = [line for line in out.decode().splitlines() if line.startswith("RESULT ")]
+    lines = [line for line in out.decode().splitlines() if line.startswith(FLOOR_RESULT)]
     if child.returncode != 0 or not lines:
         raise RuntimeError(f"bench/python_floor.py failed (exit {child.returncode}; its output is above)")
-    run = json.loads(lines[-1][len("RESULT "):])
+    run = json.loads(lines[-1][len(FLOOR_RESULT):])
     return Figure(run["count"], run["seconds"], run["cpu_seconds"], run["loop_cpu_seconds"],
                   children_cpu_seconds=run["programs_cpu"], broker_cpu_seconds=run["broker_cpu_seconds"])
 
 
-async def compare(bootstrap: str, messages: int = 20_000, max_executors: int = 2 * (os.cpu_count() or 1),
-                  floor: bool = True) -> dict:
+async def compare(bootstrap: str, messages: int = 20_000, max_executors: int = 2 * (os.cpu_count() or 1)) -> dict:
     """Spawn mode, then persistent mode, on fresh topics of the same workload: the figures and the ratio;
-    then (``floor``) persistent mode's floor in Python on the same workload."""
+    then persistent mode's floor in Python on the same workload."""
     spawn, _ = await run_mode(bootstrap, "spawn", messages, max_executors)
     kept, programs_cpu = await run_mode(bootstrap, "persistent", messages, max_executors)
-    least = await python_floor(bootstrap, messages, max_executors) if floor else None
+    least = await python_floor(bootstrap, messages, max_executors)
     return {"spawn": spawn, "persistent": kept, "programs_cpu_seconds": programs_cpu, "python_floor": least,
             "ratio": kept.rate / spawn.rate, "messages": messages, "max_executors": max_executors}
 
@@ -300,9 +300,7 @@ def report(figures: dict) -> None:
     print(f"  {'persistent / spawn':44}{figures['ratio']:>9.1f}x   target >= {TARGET_RATIO:g}x  {verdict}")
     print(f"      ({spawn.count} tasks in {spawn.seconds:.2f}s spawned; {kept.count} in {kept.seconds:.2f}s persistent)")
     persistent_ceiling(kept, spawn)
-    least = figures.get("python_floor")
-    if least is not None:
-        report_floor(least, kept, spawn)
+    report_floor(figures["python_floor"], kept, spawn)
 
 
 def report_floor(least: Figure, kept: Figure, spawn: Figure) -> None:

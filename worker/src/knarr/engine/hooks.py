@@ -65,39 +65,38 @@ def _failed(name: str, exc: Exception, log: Any, context: dict[str, Any], quiet:
 async def call_hook(name: str, fn: Callable[..., Awaitable[Any]], *args: Any, log: Any, quiet: bool = False,
                     **context: Any) -> Called:
     """Await the async hook ``fn(*args)``."""
-    started = time.monotonic()
-    try:
-        return Called(await fn(*args))
-    except Exception as exc:
-        return _failed(name, exc, log, context, quiet)
-    finally:
-        metrics.labelled(metrics.handler_duration, name).observe(time.monotonic() - started)
+    called = start_hook(name, fn, *args, log=log, quiet=quiet, **context)
+    return called if isinstance(called, Called) else await called
 
 
 def start_hook(name: str, fn: Callable[..., Awaitable[Any]], *args: Any, log: Any, quiet: bool = False,
                **context: Any) -> Called | Coroutine[Any, Any, Called]:
-    """call_hook, run at once as far as the hook goes without waiting: its Called when it returns
-    (or raises) in that first step, as most hooks do, else a coroutine to await for the rest. The
-    same timing, counts and consequences as call_hook either way, without a coroutine of the
-    engine's own around the hook's when it never waits."""
+    """The hook, run at once as far as it goes without waiting: its Called when it returns (or raises)
+    in that first step, as most hooks do, else a coroutine to await for the rest. Either way it is
+    timed, counted and its exception turned into a Called, without a coroutine of the engine's own
+    around the hook's when it never waits (direct.py's path; call_hook awaits the rest)."""
     started = time.monotonic()
+    waits = False
     try:
         coro = fn(*args)
-        if not isinstance(coro, Coroutine):  # as `await` says of a hook that is no coroutine function
-            raise TypeError(f"object {type(coro).__name__} can't be used in 'await' expression")
-        try:
-            waiting_on = coro.send(None)
-        except StopIteration as returned:
-            called = Called(returned.value)
-        else:
-            return _rest(name, started, _Resumed(coro, waiting_on), log, quiet, context)
+        if isinstance(coro, Coroutine):
+            try:
+                waiting_on = coro.send(None)
+            except StopIteration as returned:
+                return Called(returned.value)
+            rest: Any = _Resumed(coro, waiting_on)
+        else:  # another awaitable is awaited as it is, and `await` says what is wrong with what is none
+            rest = coro
+        waits = True
+        return _rest(name, started, rest, log, quiet, context)
     except Exception as exc:
-        called = _failed(name, exc, log, context, quiet)
-    metrics.labelled(metrics.handler_duration, name).observe(time.monotonic() - started)
-    return called
+        return _failed(name, exc, log, context, quiet)
+    finally:
+        if not waits:
+            metrics.labelled(metrics.handler_duration, name).observe(time.monotonic() - started)
 
 
-async def _rest(name: str, started: float, rest: _Resumed, log: Any, quiet: bool, context: dict[str, Any]) -> Called:
+async def _rest(name: str, started: float, rest: Any, log: Any, quiet: bool, context: dict[str, Any]) -> Called:
     try:
         return Called(await rest)
     except Exception as exc:

@@ -64,13 +64,11 @@ class SlotScheduler:
 
         ``priority`` is a key made by :func:`priority_key` (lower runs first).
         """
-        if not self._waiting and self._under_cap(partition):
-            if self.free > 0:
-                self._grant(partition)
-                return False
-            if can_hold and self.held < self.held_max:
-                self._grant(partition, held=True)
-                return True
+        if self.take(partition):
+            return False
+        if can_hold and not self._waiting and self.held < self.held_max and self._under_cap(partition):
+            self._grant(partition, held=True)
+            return True
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self.wait(partition, priority, fut, can_hold)
         try:
