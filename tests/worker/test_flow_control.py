@@ -1,5 +1,6 @@
 """Flow on the real broker: a partition flooded by fan-out is paused alone, the others flow; a
-backlog is worked on every partition at once.
+hold does not leave the pool idle while outputs wait on a slow sink; a backlog is worked on
+every partition at once.
 
 The worker holds (takes no messages) when its load reaches the high watermark. A partition
 whose own load is beyond what polling alone could bring — here one message fanning out to
@@ -14,6 +15,7 @@ until it has been worked through (knarr.kafka.settings).
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,46 @@ async def test_a_partition_flooded_by_fan_out_does_not_hold_back_the_others(kafk
                          "the drained partition to be resumed")
         await wait_until(lambda: REGISTRY.get_sample_value("knarr_backpressure_active") == 0, 10,
                          "backpressure to switch off")
+
+
+SINK_HANG_SECONDS = 10
+
+
+class OutputPerTask(knarr.BaseHandler):
+    """One behave task per message; its output, to the http sink, names the message (its JSON text)."""
+
+    async def arrange(self, messages, pending):
+        return [knarr.ExecutorTask(args=["out=done"], metadata={"name": json.loads(m.value)}, source_offsets=[m.offset])
+                for m in messages]
+
+    async def on_task_complete(self, result):
+        return knarr.CollectResult(http=[knarr.HttpPayload(data={"name": result.task.metadata["name"]})])
+
+
+async def test_a_hold_ends_when_the_pool_idles_while_outputs_wait_on_a_slow_sink(kafka_bootstrap: str,
+                                                                                  http_server) -> None:
+    # High watermark 8, low 2, four messages a poll. The first four messages' outputs hang in the
+    # sink; the worker takes eight messages and holds. Once the other four are done, four messages
+    # are in flight (waiting on the sink), above the low watermark, and the pool has nothing to do:
+    # the hold ends there, rather than when the sink answers.
+    src, _ = topics(kafka_bootstrap)
+    http_server.fail(200, -1, match="slow", hang=SINK_HANG_SECONDS)
+    config = kafka_config(kafka_bootstrap, src, sinks={"http": {"out": {"url": http_server.url(), "timeout_seconds": 60}}},
+                          executor={"max_executors": 1, "backpressure_high_multiplier": 8,
+                                    "backpressure_low_multiplier": 2})
+    config.kafka.max_poll_records = 4
+    async with running(Worker(config, OutputPerTask())):
+        started = time.monotonic()
+        produce_json(kafka_bootstrap, src, [f"slow-{i}" for i in range(4)] + [f"fast-{i}" for i in range(20)])
+
+        def names() -> list[str]:
+            return [body["name"] for body in http_server.accepted()]
+
+        await wait_until(lambda: sum(name.startswith("fast") for name in names()) == 20, SINK_HANG_SECONDS - 2,
+                         "every fast message's output while the slow ones' wait on the sink")
+        assert not any(name.startswith("slow") for name in names())
+        assert time.monotonic() - started < SINK_HANG_SECONDS
+        await wait_until(lambda: len(names()) == 24, 30, "the slow outputs once the sink answers")
 
 
 BACKLOG_PARTITIONS = 8

@@ -121,6 +121,11 @@ class PartitionProcessor:
         return len(self._queue) + self.ledger.in_flight
 
     @property
+    def queued(self) -> int:
+        """Messages taken and not yet in a window."""
+        return len(self._queue)
+
+    @property
     def inflight_tasks(self) -> int:
         return self.ledger.in_flight
 

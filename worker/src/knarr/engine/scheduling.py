@@ -51,6 +51,9 @@ class SlotScheduler:
         self._grants = itertools.count(1)
         self.waiting_count = 0
         self._waiting_holdable = 0  # waiters that may take a held place
+        # Called when a release leaves a slot free that no task waits for (the worker's flow control:
+        # a hold ends rather than leave it idle).
+        self.on_free_slot: Callable[[], None] | None = None
 
     @property
     def in_use(self) -> int:
@@ -99,6 +102,8 @@ class SlotScheduler:
         self._leave(partition)
         self.free += 1
         self._dispatch()
+        if self.free > 0 and not self._waiting and self.on_free_slot is not None:
+            self.on_free_slot()
 
     def give_back(self, partition: int, held: bool) -> None:
         """A grant ends without a running task's slot passing on: a slot is free again, or (``held``)

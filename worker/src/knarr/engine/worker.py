@@ -21,7 +21,7 @@ from knarr.cache.handler_cache import HandlerCache, attach_cache
 from knarr.config.librdkafka import ConsumerSettingsError, check_consumer_settings
 from knarr.config.loading import ConfigError
 from knarr.config.root import KnarrConfig
-from knarr.engine.backpressure import Flow, decide_flow, held_load
+from knarr.engine.backpressure import Flow, decide_flow, held_load, hold_ends
 from knarr.engine.execution import TaskExecutor
 from knarr.engine.hooks import call_hook
 from knarr.engine.periodic import run_periodic
@@ -123,6 +123,7 @@ class Worker:
             cfg.executor.retry_backoff_base_seconds, cfg.executor.retry_backoff_max_seconds, stats=self.stats,
             on_send_failure=cfg.dlq.on_send_failure,
         )
+        self.scheduler.on_free_slot = self._on_progress
         self.executor = TaskExecutor(self.handler, self.scheduler, cfg.executor)
         try:
             self.cache = await attach_cache(cfg, self.handler, cluster or cfg.cluster_name)
@@ -323,7 +324,7 @@ class Worker:
         cfg = self.config.executor
         loads = self._loads()
         flow = decide_flow(loads, self._flow, cfg.backpressure_high, cfg.backpressure_low,
-                           self.config.kafka.max_poll_records)
+                           self.config.kafka.max_poll_records, self._pool_idle())
         if flow != self._flow:
             self._log_flow(flow, loads)
         self._flow = flow
@@ -371,10 +372,19 @@ class Worker:
         return None
 
     def _on_progress(self) -> None:
-        """Called by processors as work finishes: wake the held poll loop once there is room."""
+        """Called as work finishes (by processors, and by the scheduler when a slot stays free): wake
+        the held poll loop once the hold is over."""
         if self._flow.hold and not self._progress.is_set():
-            if held_load(self._loads(), self._flow) <= self.config.executor.backpressure_low:
+            cfg = self.config.executor
+            if hold_ends(held_load(self._loads(), self._flow), cfg.backpressure_high, cfg.backpressure_low,
+                         self._pool_idle()):
                 self._progress.set()
+
+    def _pool_idle(self) -> bool:
+        """A slot is free and nothing waits for one: no task, and no message queued to make one."""
+        scheduler = self.scheduler
+        return (scheduler.free > 0 and not scheduler.waiting_count
+                and not any(processor.queued for processor in self.processors.values()))
 
     def _log_flow(self, flow: Flow, loads: dict[int, int]) -> None:
         """Each kind of change at most once per FLOW_LOG_SECONDS at INFO, with how often it changed meanwhile.
