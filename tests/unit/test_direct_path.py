@@ -106,9 +106,12 @@ class Rig:
         self.processor.enqueue(messages)
 
     async def warm(self) -> None:
-        """One task per slot, so every program has started (the first tasks start them on the asyncio path)."""
+        """One task per slot, so every program has started (the first tasks start them on the asyncio path),
+        and those tasks have ended: a task settles its messages a step before its asyncio task is done."""
         self.send(*(f"out=warm-{i}" for i in range(self.scheduler.slots)))
         await self.settled()
+        while self.processor._children:
+            await asyncio.sleep(0.01)
 
     async def settled(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
