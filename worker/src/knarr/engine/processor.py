@@ -118,7 +118,7 @@ class PartitionProcessor:
     @property
     def load(self) -> int:
         """Queued messages plus tasks in flight (waiting for a slot included): what backpressure counts."""
-        return len(self._queue) + self.ledger.in_flight
+        return self.queued + self.ledger.in_flight
 
     @property
     def queued(self) -> int:

@@ -59,6 +59,11 @@ class SlotScheduler:
     def in_use(self) -> int:
         return self.slots - self.free
 
+    @property
+    def idle_slot(self) -> bool:
+        """A slot is free and no task waits for one."""
+        return self.free > 0 and not self._waiting
+
     def _under_cap(self, partition: int) -> bool:
         return self.max_per_partition is None or self.active[partition] < self.max_per_partition
 
@@ -102,7 +107,7 @@ class SlotScheduler:
         self._leave(partition)
         self.free += 1
         self._dispatch()
-        if self.free > 0 and not self._waiting and self.on_free_slot is not None:
+        if self.on_free_slot is not None and self.idle_slot:
             self.on_free_slot()
 
     def give_back(self, partition: int, held: bool) -> None:

@@ -382,9 +382,7 @@ class Worker:
 
     def _pool_idle(self) -> bool:
         """A slot is free and nothing waits for one: no task, and no message queued to make one."""
-        scheduler = self.scheduler
-        return (scheduler.free > 0 and not scheduler.waiting_count
-                and not any(processor.queued for processor in self.processors.values()))
+        return self.scheduler.idle_slot and not any(processor.queued for processor in self.processors.values())
 
     def _log_flow(self, flow: Flow, loads: dict[int, int]) -> None:
         """Each kind of change at most once per FLOW_LOG_SECONDS at INFO, with how often it changed meanwhile.
