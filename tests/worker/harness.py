@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,9 @@ from knarr.config.root import KnarrConfig
 from knarr.engine.worker import Worker
 from tests.services.kafka import create_topic, unique_name
 
-BEHAVE = str(Path(__file__).resolve().parents[1] / "programs" / "behave")
+PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
+BEHAVE = str(PROGRAMS / "behave")
+BEHAVE_PERSISTENT = [sys.executable, str(PROGRAMS / "behave_persistent.py")]  # behave's arguments, as a persistent program
 
 
 def local_config(tmp_path: Path, *, log_format: str = "console", **executor: Any) -> KnarrConfig:

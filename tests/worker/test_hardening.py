@@ -6,6 +6,7 @@ Each test runs a real worker in-process against the real broker.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 
@@ -16,7 +17,7 @@ import knarr
 from knarr.engine.worker import Worker
 from knarr.errors import ExitCode
 from tests.services.kafka import committed_offsets, consume_all, produce_json
-from tests.worker.harness import kafka_config, running, topics, wait_until
+from tests.worker.harness import BEHAVE_PERSISTENT, kafka_config, running, topics, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -281,3 +282,23 @@ async def test_raising_task_priority_message_label_and_deserialize_fall_back_to_
         await wait_until(committed(kafka_bootstrap, cfg, {0: 2}), what="both committed")
     assert worker.exit_code == 0
     assert [m.json()["id"] for m in consume_all(kafka_bootstrap, out)] == [0]  # offset 1 arrived unparsed
+
+
+@pytest.mark.parametrize("executor", [{}, {"persistent": {"command": BEHAVE_PERSISTENT}}], ids=["spawned", "persistent"])
+async def test_a_payload_naming_a_sink_that_is_not_configured_stops_the_worker_before_committing(kafka_bootstrap, executor):
+    # A handler bug, not a bad message: nothing of it is committed, so the fixed handler sees the messages again.
+    src, out = topics(kafka_bootstrap)
+    produce_json(kafka_bootstrap, src, [{"id": 0}, {"id": 1}])
+
+    class Misaddressed(Echo):
+        async def on_task_complete(self, result):
+            return knarr.CollectResult(kafka=[knarr.KafkaPayload(data={"id": 0}, sink="results")])
+
+    cfg = kafka_config(kafka_bootstrap, src, out_topic=out, executor=executor)
+    worker = Worker(cfg, Misaddressed())
+    code = await asyncio.wait_for(worker.run(), 60)  # it stops by itself
+
+    assert code == ExitCode.FATAL
+    assert "names sink 'results'" in str(worker.fatal) and "sinks.kafka.results" in str(worker.fatal)
+    assert committed_offsets(kafka_bootstrap, cfg.kafka.consumer_group, src) == {}
+    assert consume_all(kafka_bootstrap, out, timeout=2) == []

@@ -24,14 +24,12 @@ import knarr
 from knarr.engine.worker import Worker
 from knarr.errors import ExitCode
 from tests.services.kafka import committed_offsets, consume_all, create_topic, produce_json, unique_name
-from tests.worker.harness import kafka_config, running, topics, wait_until
+from tests.worker.harness import BEHAVE_PERSISTENT, PROGRAMS, kafka_config, running, topics, wait_until
 from tests.worker.procs import WorkerFleet, WorkerSpec, processes_gone, processes_with
 from tests.worker.procs import wait_until as wait_for
 
 pytestmark = pytest.mark.kafka
 
-PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
-BEHAVE_PERSISTENT = [sys.executable, str(PROGRAMS / "behave_persistent.py")]
 
 
 class Job(BaseModel):

@@ -390,14 +390,11 @@ class PartitionProcessor:
                                                        granted=granted, first=first)
         if isinstance(outcome, Succeeded):
             outcome = await self._task_complete(run, outcome)
-        self.count(outcome)
-        await self._carry_on(self.ledger.settle(run, outcome))
+        await self._settle_task(run, outcome)
 
     async def complete(self, run: Run, outcome: Succeeded, hook: Any) -> None:
         """direct.py's hand-over of a task whose on_task_complete waits (``hook``: the rest of that call)."""
-        outcome = await self._task_complete(run, outcome, hook)
-        self.count(outcome)
-        await self._carry_on(self.ledger.settle(run, outcome))
+        await self._settle_task(run, await self._task_complete(run, outcome, hook))
 
     def count(self, outcome: Outcome) -> None:
         if isinstance(outcome, Succeeded):
@@ -415,11 +412,15 @@ class PartitionProcessor:
         delivered = await delivering
         self.stats.outputs += delivered
         self.task_completed(run, started, delivered)
+        await self._settle_task(run, outcome)
+
+    async def _settle_task(self, run: Run, outcome: Outcome) -> None:
+        """The end of a task in its own asyncio task: count its outcome and carry on with what settling brings."""
         self.count(outcome)
         await self._carry_on(self.ledger.settle(run, outcome))
 
     def settle(self, run: Run, outcome: Outcome) -> None:
-        """direct.py's end of a task: count its outcome and carry out what settling it brings."""
+        """direct.py's end of a task, in place: count its outcome and carry out what settling it brings."""
         self.count(outcome)
         self._carry_out(self.ledger.settle(run, outcome))
         self.on_progress()
@@ -510,22 +511,18 @@ class PartitionProcessor:
         """Deliver what a hook returned; ``messages`` are what it derives from (named in dead letters)."""
         if _outputs(collect) is None:
             return 0
-        try:
-            delivered = await self.sinks.deliver(collect, Origin.of(self.partition, messages, stage, task_id))
-        except ValueError as exc:  # sink resolution: a handler bug, fail fast without committing
-            raise FatalError(str(exc)) from exc
+        # A payload naming no configured sink raises SinkResolutionError, a FatalError: a handler bug
+        # stops the worker before anything of it is committed.
+        delivered = await self.sinks.deliver(collect, Origin.of(self.partition, messages, stage, task_id))
         self.stats.outputs += delivered
         return delivered
 
     def plan(self, collect: Any) -> list[tuple[Any, list[Any]]] | None:
         """What a hook returned, resolved to its sinks (direct.py delivers from it); None when there is
-        nothing to deliver. FatalError as ``_deliver`` raises it."""
+        nothing to deliver. SinkResolutionError (a FatalError) as ``_deliver`` raises it."""
         if _outputs(collect) is None:
             return None
-        try:
-            return self.sinks.plan(collect)
-        except ValueError as exc:
-            raise FatalError(str(exc)) from exc
+        return self.sinks.plan(collect)
 
     async def _dead_letter(self, letter: DeadLetter) -> None:
         """Write the dead letter (the DLQ's own failure policy applies inside), then let what it held go on."""
