@@ -12,10 +12,11 @@ from typing import Any
 
 import yaml
 
+from knarr.cli.scaffold import render
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
 READMES = [REPO_ROOT / "README.md", REPO_ROOT / "operator" / "README.md", REPO_ROOT / "spark" / "README.md"]
-INIT_TEMPLATE = REPO_ROOT / "worker" / "src" / "knarr" / "cli" / "templates" / "pipeline.yaml.tmpl"
 
 # Kubernetes objects in examples/ that are not Pipelines (they are applied as they are by `make kind-up`).
 OTHER_MANIFESTS = {"kafka.yaml"}
@@ -44,8 +45,9 @@ def pipeline_manifests() -> dict[str, dict[str, Any]]:
             for doc in yaml.safe_load_all(block):
                 if isinstance(doc, dict) and doc.get("kind") == "Pipeline":
                     found[f"{readme.relative_to(REPO_ROOT)}#yaml-{i}"] = doc
-    template = INIT_TEMPLATE.read_text().replace("$name", "my-pipeline").replace("$binary", "/usr/bin/base64")
-    found["knarr init's pipeline.yaml"] = yaml.safe_load(template)
+    for flag, persistent in (("", False), (" --persistent", True)):
+        written = render(Path("my-pipeline"), "/usr/bin/base64", persistent=persistent)
+        found[f"knarr init{flag}'s pipeline.yaml"] = yaml.safe_load(written["pipeline.yaml"])
     return found
 
 

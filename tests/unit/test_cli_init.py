@@ -1,8 +1,10 @@
-"""`knarr init DIR` writes a small pipeline that runs as written, and shows a failing task on purpose."""
+"""`knarr init DIR` writes a small pipeline that runs as written, and shows a failing task on purpose;
+`--persistent` writes the same pipeline with its tasks run in a persistent task program (tasks.py)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,24 +12,49 @@ from pathlib import Path
 import pytest
 import yaml
 
-from knarr.cli.scaffold import FILES, pipeline_name
+from knarr.cli.scaffold import FILES, files, pipeline_name
 from knarr.errors import ExitCode
 
 
-def knarr(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "knarr.cli", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+def knarr(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "knarr.cli", *args], capture_output=True, text=True, timeout=60,
+                          cwd=cwd, env=env)
 
 
-@pytest.fixture
-def scaffold(tmp_path: Path) -> Path:
-    proc = knarr("init", "my-pipeline", cwd=tmp_path)
+@pytest.fixture(params=["spawned", "persistent"])
+def scaffold(request, tmp_path: Path) -> Path:
+    flags = ["--persistent"] if request.param == "persistent" else []
+    proc = knarr("init", "my-pipeline", *flags, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     return tmp_path / "my-pipeline"
 
 
+def persistent(scaffold: Path) -> bool:
+    return (scaffold / "tasks.py").exists()
+
+
 def test_init_writes_a_handler_its_config_input_a_pipeline_manifest_and_a_readme(scaffold):
-    assert sorted(p.name for p in scaffold.iterdir()) == sorted(FILES)
+    assert sorted(p.name for p in scaffold.iterdir()) == sorted(files(persistent(scaffold)))
     assert "knarr run --config my-pipeline/knarr.yaml" in (scaffold / "README.md").read_text()
+
+
+def test_the_persistent_pipeline_runs_its_tasks_in_tasks_py_started_by_this_python(scaffold):
+    config = yaml.safe_load((scaffold / "knarr.yaml").read_text())["executor"]
+    if persistent(scaffold):
+        assert config["persistent"]["command"] == [sys.executable, str((scaffold / "tasks.py").resolve())]
+        assert "binary_path" not in config
+        assert "tasks.py" in (scaffold / "README.md").read_text() and "tasks.py" in (scaffold / "handler.py").read_text()
+    else:
+        assert Path(config["binary_path"]).name == "base64" and "persistent" not in config
+        assert sorted(FILES) == sorted(p.name for p in scaffold.iterdir())
+
+
+def test_init_without_base64_on_path_says_so_and_offers_the_persistent_pipeline(tmp_path):
+    bare = {**os.environ, "PATH": str(tmp_path / "nothing-here")}
+    proc = knarr("init", "p", cwd=tmp_path, env=bare)
+    assert proc.returncode == ExitCode.USAGE
+    assert "`base64`, which is not on PATH" in proc.stderr and "--persistent" in proc.stderr
+    assert knarr("init", "p", "--persistent", cwd=tmp_path, env=bare).returncode == 0
 
 
 def test_init_tells_what_to_run_next(tmp_path):
@@ -82,7 +109,12 @@ def test_the_manifest_init_writes_is_a_valid_pipeline_for_the_operator_and_the_w
     assert manifest["metadata"]["name"] == "my-pipeline"
     operator_part, worker_part = split_spec(manifest["spec"])
     assert operator_part.handler == "handler:Handler"
-    assert render_worker_config(worker_part).validated.sinks.filesystem["results"].base_path == "/data/results"
+    worker = render_worker_config(worker_part).validated
+    assert worker.sinks.filesystem["results"].base_path == "/data/results"
+    if persistent(scaffold):  # the image's python has knarr, and /app (handler.py, tasks.py) is its PYTHONPATH
+        assert worker.executor.persistent.command == ["python", "-m", "tasks"] and worker.executor.binary_path is None
+    else:
+        assert Path(worker.executor.binary_path).name == "base64"
 
 
 @pytest.mark.parametrize(("folder", "name"), [("My_Pipeline", "my-pipeline"), ("--x--", "x"), ("___", "my-pipeline")])

@@ -30,7 +30,7 @@ def _check(args: argparse.Namespace) -> int:
 def _init(args: argparse.Namespace) -> int:
     from knarr.cli.scaffold import init_command
 
-    return init_command(args.directory, force=args.force)
+    return init_command(args.directory, force=args.force, persistent=args.persistent)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -80,6 +80,9 @@ def parser() -> argparse.ArgumentParser:
     init = sub.add_parser("init", help="write a small working pipeline (handler, config, input, Pipeline manifest)")
     init.add_argument("directory", help="where to write it (created if missing)")
     init.add_argument("--force", action="store_true", help="overwrite files that exist")
+    init.add_argument("--persistent", action="store_true",
+                      help="run the tasks in a persistent task program (tasks.py, started once per pool slot) "
+                           "instead of spawning a process per task")
     init.set_defaults(fn=_init)
 
     demo = sub.add_parser("demo", help="run the fan-out search demo on the embedded source")
