@@ -2,6 +2,8 @@
 
 ``--delay-us N``: wait N microseconds in each task first (sleeping, no CPU), to hold the engine
 to a pace (bench/engine.py's paced row).
+``--poll-us N``: after each answer, look for the next request for N microseconds before blocking
+(knarr.task's ``poll_seconds``; bench/engine.py's polling row).
 """
 
 import sys
@@ -9,7 +11,13 @@ import time
 
 from knarr.task import serve
 
-delay = float(sys.argv[sys.argv.index("--delay-us") + 1]) / 1e6 if "--delay-us" in sys.argv else 0.0
+
+
+def _option(name: str) -> float:
+    return float(sys.argv[sys.argv.index(name) + 1]) / 1e6 if name in sys.argv else 0.0
+
+
+delay = _option("--delay-us")
 
 
 def echo(request):
@@ -18,4 +26,4 @@ def echo(request):
     return " ".join(request.args) + "\n"
 
 
-serve(echo)
+serve(echo, poll_seconds=_option("--poll-us"))

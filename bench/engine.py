@@ -12,7 +12,8 @@ message, default settings:
   - persistent mode on the same workload (bench/persistent.py), when that bench is present; and
     once more held to spawn mode's rate (each task waits in its program): what the event loop's
     bookkeeping costs per task at that pace, without a single spawn; and persistent mode's floor in
-    Python (bench/python_floor.py): the same workload through the least any Python worker does
+    Python (bench/python_floor.py): the same workload through the least any Python worker does; and
+    persistent mode with its programs polling stdin after each answer (knarr.task's poll_seconds)
   - the flight recorder's cost: throughput with debug off and on, alternating (bench/recorder.py)
                                                                              target <= 5 %
 
@@ -86,6 +87,7 @@ TARGET_FLOOR_RATIO = 0.9
 TARGET_CPU_US = 150.0
 TARGET_LAG_P99_MS = 5.0
 LAG_PROBE_SECONDS = 0.01
+POLL_US = 2000  # the polling row: knarr.task's poll_seconds, 2 ms
 
 
 def cpu_self() -> float:
@@ -376,15 +378,17 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-async def persistent_row(bootstrap: str, messages: int, max_executors: int, delay_us: float = 0.0) -> Figure | None:
+async def persistent_row(bootstrap: str, messages: int, max_executors: int, delay_us: float = 0.0,
+                         poll_us: float = 0.0) -> Figure | None:
     """Persistent mode on the same workload, through bench/persistent.py; None where that bench is absent.
-    ``delay_us``: each task first sleeps that long in its program (bench/echo_task.py --delay-us)."""
+    ``delay_us``: each task first sleeps that long in its program (bench/echo_task.py --delay-us).
+    ``poll_us``: the program looks for its next request that long before blocking (--poll-us)."""
     try:
         import persistent
     except ImportError:
         return None
     figure, _programs_cpu = await persistent.run_mode(bootstrap, "persistent", messages, max_executors,
-                                                      delay_us=delay_us)
+                                                      delay_us=delay_us, poll_us=poll_us)
     return figure
 
 
@@ -400,7 +404,8 @@ async def python_floor_row(bootstrap: str, messages: int, max_executors: int) ->
 
 def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor: Figure | None, b: Figure,
            b_unpaused: Figure | None, kept: Figure | None, messages: int, a_thread: Figure | None = None,
-           b_thread: Figure | None = None, paced: Figure | None = None, least: Figure | None = None) -> None:
+           b_thread: Figure | None = None, paced: Figure | None = None, least: Figure | None = None,
+           polled: Figure | None = None) -> None:
     a = max(spawns, key=lambda f: f.rate)  # the machine is shared: the better of two runs is the ceiling
     print(f"\nengine bench: {os.cpu_count()} cores, max_executors={args.max_executors}, binary={BINARY}, "
           f"{messages} messages on {PARTITIONS} partitions, python {sys.version.split()[0]}, "
@@ -435,6 +440,13 @@ def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor:
                   f"{paced.loop_cpu_seconds / paced.count * 1e6:>10.0f} us  "
                   f"({kept.loop_cpu_seconds / kept.count * 1e6:.0f} us; spawn mode's: "
                   f"{b.loop_cpu_seconds / b.count * 1e6:.0f} us)")
+        if polled is not None:
+            print(f"  {'    its programs polling stdin, then blocking (poll_seconds)':58}{polled.rate:>10.0f} /s  "
+                  f"= {polled.rate / b.rate:.1f} x spawn mode, {polled.cpu_us:.0f} us CPU/task")
+            print(f"  {'    the loop, the program: CPU per task, polling against not':58}"
+                  f"{polled.loop_cpu_seconds / polled.count * 1e6:>6.0f}, "
+                  f"{polled.children_cpu_seconds / polled.count * 1e6:.0f} us  "
+                  f"({kept.loop_cpu_seconds / kept.count * 1e6:.0f}, {kept.children_cpu_seconds / kept.count * 1e6:.0f} us)")
         if least is not None:
             print(f"  {'    the Python floor: no engine (bench/python_floor.py)':58}{least.rate:>10.0f} /s  "
                   f"= {least.rate / b.rate:.1f} x spawn mode, {least.cpu_us:.0f} us CPU/task")
@@ -602,7 +614,7 @@ async def main() -> int:
     print("floor: the same spawns from C, again ...", file=sys.stderr)
     floors.append(c_spawn_floor(args.spawns, args.max_executors))
     floor = max((f for f in floors if f is not None), key=lambda f: f.rate, default=None)  # the better of two
-    kept = paced = least = None
+    kept = paced = least = polled = None
     if not args.skip_persistent:
         print("    persistent mode, same workload ...", file=sys.stderr)
         kept = await persistent_row(bootstrap, args.messages, args.max_executors)
@@ -614,9 +626,13 @@ async def main() -> int:
             print("    persistent mode paced to spawn mode's rate ...", file=sys.stderr)
             wait = max(0.0, args.max_executors / b.rate - args.max_executors / kept.rate)
             paced = await persistent_row(bootstrap, max(1, args.messages // 2), args.max_executors, wait * 1e6)
+            # knarr.task's poll_seconds: after each answer the program looks for its next request before it
+            # blocks, so the loop's write of a request wakes nobody (docs/performance.md says what that costs).
+            print(f"    persistent mode, its programs polling stdin for {POLL_US / 1000:g} ms ...", file=sys.stderr)
+            polled = await persistent_row(bootstrap, args.messages, args.max_executors, poll_us=POLL_US)
             print("    persistent mode's floor in Python, same workload ...", file=sys.stderr)
             least = await python_floor_row(bootstrap, args.messages, args.max_executors)
-    report(args, spawns, a_ref, floor, b, b_unpaused, kept, args.messages, a_thread, b_thread, paced, least)
+    report(args, spawns, a_ref, floor, b, b_unpaused, kept, args.messages, a_thread, b_thread, paced, least, polled)
 
     if args.recorder_messages:
         print("flight recorder off and on, alternating (bench/recorder.py) ...", file=sys.stderr)

@@ -157,26 +157,29 @@ async def executor_rates(count: int, concurrency: int) -> dict[str, Figure]:
 
 # --- the engine end to end --------------------------------------------------------------------
 async def run_mode(bootstrap: str, mode: str, messages: int, max_executors: int,
-                   per_task: int = 1, delay_us: float = 0.0) -> tuple[Figure, float | None]:
+                   per_task: int = 1, delay_us: float = 0.0, poll_us: float = 0.0) -> tuple[Figure, float | None]:
     """One engine run of the echo workload in ``mode`` (spawn | persistent); the figure, and the programs' CPU.
 
     The figure's ``children_cpu_seconds`` is the programs' CPU (their start included), and its
     ``broker_cpu_seconds`` the local broker's over the timed interval, when the broker is this checkout's.
     ``per_task`` > 1: one task per that many messages (BatchEchoHandler); the figure still counts tasks.
     ``delay_us``: persistent mode's program waits that long in each task (bench/echo_task.py --delay-us).
+    ``poll_us``: it looks for its next request that long before blocking (--poll-us, knarr.task's poll_seconds).
     """
     figure, programs_cpu, _source = await _run_worker(bootstrap, mode, *prefill(bootstrap, messages), max_executors,
-                                                      per_task, delay_us)
+                                                      per_task, delay_us, poll_us)
     return figure, programs_cpu
 
 
 async def _run_worker(bootstrap: str, mode: str, topic: str, ends: dict[int, int], max_executors: int,
-                      per_task: int = 1, delay_us: float = 0.0) -> tuple[Figure, float | None, TimedSource]:
+                      per_task: int = 1, delay_us: float = 0.0,
+                      poll_us: float = 0.0) -> tuple[Figure, float | None, TimedSource]:
     output = unique_name("bench-persistent-out")
     create_topic(bootstrap, output, 1)
     executor = {"binary_path": SPAWN_BINARY, "max_executors": max_executors, "task_timeout_seconds": 30}
     if mode == "persistent":
-        executor["persistent"] = {"command": ECHO_PROGRAM + (["--delay-us", f"{delay_us:.0f}"] if delay_us else [])}
+        executor["persistent"] = {"command": ECHO_PROGRAM + (["--delay-us", f"{delay_us:.0f}"] if delay_us else [])
+                                  + (["--poll-us", f"{poll_us:.0f}"] if poll_us else [])}
     config = config_from_dict({
         "kafka": {"brokers": bootstrap, "source_topic": topic, "consumer_group": unique_name("bench-persistent-g"),
                   "session_timeout_ms": 6000, "heartbeat_interval_ms": 500},

@@ -33,7 +33,9 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
                 "the same with executor.spawner: thread", "the same through the spawner thread",
                 "a task process in (b): its CPU", "ceiling, a worker costing nothing: cores / (child in (b) + broker)",
                 "persistent mode paced to spawn mode", "its event loop CPU per task, against at full speed",
-                "the Python floor: no engine (bench/python_floor.py)", "persistent mode / the Python floor"):
+                "the Python floor: no engine (bench/python_floor.py)", "persistent mode / the Python floor",
+                "its programs polling stdin, then blocking (poll_seconds)",
+                "the loop, the program: CPU per task, polling against not"):
         assert row in table, f"{row!r} missing from:\n{table}"
     assert table.count("ceiling, one event loop") == 2, table  # spawn mode's and persistent mode's
     floor = re.search(r"the Python floor: no engine \(bench/python_floor.py\) +(\d+) /s", table)

@@ -11,6 +11,9 @@ and some only a long-lived program has:
   exit-now     end the program (exit code 3) without answering
   quit         end the program with exit code 0 without answering
   count        print how many tasks this program has run, itself included
+
+Started with ``--poll-seconds S``, it looks for its next request for S seconds after each answer
+before it blocks (knarr.task's ``poll_seconds``).
 """
 
 import os
@@ -80,4 +83,5 @@ if __name__ == "__main__":
     FRAMES_FD = os.dup(1)  # the frames' stream, kept for `garbage`; fd 1 then points at stderr, as serve() does
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    serve(run, out=os.fdopen(FRAMES_FD, "wb"))
+    poll = float(sys.argv[sys.argv.index("--poll-seconds") + 1]) if "--poll-seconds" in sys.argv else 0.0
+    serve(run, out=os.fdopen(FRAMES_FD, "wb"), poll_seconds=poll)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import struct
+import threading
+import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from knarr.engine.frames import MAGIC, MAX_HEADER_BYTES, Decoder, FrameError, encode, parse_header
+import knarr.task as task_sdk
 from knarr.task import Request, Result, read_request, serve, write_result
 
 
@@ -140,3 +144,56 @@ def test_a_request_cut_short_is_an_error_not_a_hang():
     frame = encode({"type": "task", "id": "t", "args": []}, b"0123456789")
     with pytest.raises(FrameError, match=r"ended inside a frame \(body: 4 of 10 bytes\)"):
         read_request(io.BytesIO(frame[:-6]))
+
+
+class _Pipe:
+    """The read end of a real pipe, as a stream; the write end fed from a thread, in pieces, with pauses."""
+
+    def __init__(self, pieces: list[tuple[float, bytes]]) -> None:
+        self.read_fd, write_fd = os.pipe()
+        self.writer = threading.Thread(target=self._feed, args=(write_fd, pieces))
+        self.writer.start()
+
+    @staticmethod
+    def _feed(fd: int, pieces: list[tuple[float, bytes]]) -> None:
+        for pause, data in pieces:
+            time.sleep(pause)
+            os.write(fd, data)
+        os.close(fd)  # end of stdin
+
+    def fileno(self) -> int:
+        return self.read_fd
+
+
+def test_serve_polling_stdin_answers_requests_cut_in_pieces_and_ends_at_end_of_stdin():
+    first = encode({"type": "task", "id": "a", "args": []}, b"one")
+    second = encode({"type": "task", "id": "b", "args": []}, b"two")
+    # Pieces inside the looking (0.05 s) and after it, when the reader has gone to block.
+    pipe = _Pipe([(0, first[:5]), (0.01, first[5:]), (0.2, second[:20]), (0.001, second[20:])])
+    out = io.BytesIO()
+    serve(lambda request: request.text.upper(), inp=pipe, out=out, poll_seconds=0.05)
+    pipe.writer.join()
+    hello, *answers = Decoder().feed(out.getvalue())
+    assert hello.header["type"] == "hello"
+    assert [(a.header["id"], a.parts[0]) for a in answers] == [("a", b"ONE"), ("b", b"TWO")]
+
+
+def test_polled_input_looks_for_data_only_for_its_poll_seconds_then_blocks(monkeypatch):
+    checks = []
+    real_ready = task_sdk.PolledInput._ready
+    monkeypatch.setattr(task_sdk.PolledInput, "_ready", lambda self: checks.append(1) or real_ready(self))
+    pipe = _Pipe([(0.5, b"late")])  # nothing for half a second
+    polled = task_sdk.PolledInput(pipe.fileno(), poll_seconds=0.02, interval=0.001)
+    assert polled.read(4) == b"late"
+    assert polled.read(1) == b""  # end of file
+    pipe.writer.join()
+    # About 0.02 / 0.001 checks while looking (sleeps run long, never short), then one blocking read:
+    # had it kept looking for the whole half second, it would have made hundreds.
+    assert 2 <= len(checks) <= 40, len(checks)
+
+
+def test_serve_refuses_a_negative_poll_or_an_interval_of_zero():
+    with pytest.raises(ValueError, match="poll_seconds must be 0 or more and poll_interval_seconds more than 0"):
+        serve(lambda request: "", inp=io.BytesIO(), out=io.BytesIO(), poll_seconds=-1)
+    with pytest.raises(ValueError, match="got 0.002 and 0"):
+        serve(lambda request: "", inp=io.BytesIO(), out=io.BytesIO(), poll_seconds=0.002, poll_interval_seconds=0)

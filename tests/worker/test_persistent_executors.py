@@ -174,8 +174,11 @@ async def test_the_same_workload_gives_the_same_results_groups_and_dead_letters_
     common = {"max_retries": 2, "max_output_bytes": 1024, "env": {"FROM_CONFIG": "c"}}
     spawned, spawn_src, spawn_out = await run_jobs(kafka_bootstrap, PARITY_JOBS, **common)
     kept, kept_src, kept_out = await run_jobs(kafka_bootstrap, PARITY_JOBS, **common, **persistent())
+    # The same programs looking for their next request before they block (knarr.task's poll_seconds).
+    polling = {"persistent": {"command": [*BEHAVE_PERSISTENT, "--poll-seconds", "0.002"]}}
+    polled, polled_src, _ = await run_jobs(kafka_bootstrap, PARITY_JOBS, **common, **polling)
 
-    assert outcomes(kept) == outcomes(spawned)
+    assert outcomes(kept) == outcomes(spawned) == outcomes(polled)
     assert len({r.pid for r in kept.results if r.pid}) <= 4  # max_executors programs ran every task
     env_result = next(r for r in kept.results if r.task.args[:1] == ["env=FROM_CONFIG"])
     assert env_result.stdout == "c\nt\n\n"
@@ -184,6 +187,7 @@ async def test_the_same_workload_gives_the_same_results_groups_and_dead_letters_
     assert summaries[0] == summaries[1] and len(summaries[0]) == len(PARITY_JOBS)
     spawn_dead = dead_letters(kafka_bootstrap, spawn_src, expected=3)
     assert dead_letters(kafka_bootstrap, kept_src, expected=3) == spawn_dead
+    assert dead_letters(kafka_bootstrap, polled_src, expected=3) == spawn_dead
     assert [(r["offsets"], r["task"]["reason"], r["task"]["exit_code"]) for r in spawn_dead] == [
         ([1], "failed", 4), ([8], "failed", 1), ([8], "failed", 1)]
 
