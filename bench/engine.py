@@ -152,6 +152,16 @@ class Figure:
     def cpu_us(self) -> float:
         return self.cpu_seconds / self.count * 1e6
 
+    @property
+    def loop_us(self) -> float:
+        """The event loop thread's CPU per task."""
+        return self.loop_cpu_seconds / self.count * 1e6
+
+    @property
+    def children_us(self) -> float:
+        """The task processes' (or programs') CPU per task."""
+        return self.children_cpu_seconds / self.count * 1e6
+
 
 # --- (a) the raw spawn path ----------------------------------------------------------------
 async def spawn_rate(count: int, concurrency: int, runner: native.NativeRunner | None = None) -> Figure:
@@ -437,16 +447,12 @@ def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor:
         if paced is not None and paced.loop_cpu_seconds and kept.loop_cpu_seconds:
             print(f"  {'    persistent mode paced to spawn mode (tasks wait, asleep)':58}{paced.rate:>10.0f} /s")
             print(f"  {'    its event loop CPU per task, against at full speed':58}"
-                  f"{paced.loop_cpu_seconds / paced.count * 1e6:>10.0f} us  "
-                  f"({kept.loop_cpu_seconds / kept.count * 1e6:.0f} us; spawn mode's: "
-                  f"{b.loop_cpu_seconds / b.count * 1e6:.0f} us)")
+                  f"{paced.loop_us:>10.0f} us  ({kept.loop_us:.0f} us; spawn mode's: {b.loop_us:.0f} us)")
         if polled is not None:
             print(f"  {'    its programs polling stdin, then blocking (poll_seconds)':58}{polled.rate:>10.0f} /s  "
                   f"= {polled.rate / b.rate:.1f} x spawn mode, {polled.cpu_us:.0f} us CPU/task")
             print(f"  {'    the loop, the program: CPU per task, polling against not':58}"
-                  f"{polled.loop_cpu_seconds / polled.count * 1e6:>6.0f}, "
-                  f"{polled.children_cpu_seconds / polled.count * 1e6:.0f} us  "
-                  f"({kept.loop_cpu_seconds / kept.count * 1e6:.0f}, {kept.children_cpu_seconds / kept.count * 1e6:.0f} us)")
+                  f"{polled.loop_us:>6.0f}, {polled.children_us:.0f} us  ({kept.loop_us:.0f}, {kept.children_us:.0f} us)")
         if least is not None:
             print(f"  {'    the Python floor: no engine (bench/python_floor.py)':58}{least.rate:>10.0f} /s  "
                   f"= {least.rate / b.rate:.1f} x spawn mode, {least.cpu_us:.0f} us CPU/task")
@@ -473,7 +479,7 @@ def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor:
               f"  (b/a {b_unpaused.rate / a.rate:.2f}, {b_unpaused.cpu_us:.0f} us/task)")
     print(f"  {'(c) b / a':58}{b.rate / a.rate:>14.2f}")
     print(f"  {'    reference: b / asyncio.create_subprocess_exec rate':58}{b.rate / a_ref.rate:>14.2f}")
-    print(f"  {'    of (d), the event loop thread':58}{b.loop_cpu_seconds / b.count * 1e6:>10.0f} us")
+    print(f"  {'    of (d), the event loop thread':58}{b.loop_us:>10.0f} us")
     print(f"  {'    of (d), librdkafka (consumer, producer threads)':58}{b.kafka_cpu_seconds / b.count * 1e6:>10.0f} us")
     other = b.cpu_seconds - b.loop_cpu_seconds - b.kafka_cpu_seconds
     print(f"  {'    of (d), the rest (spawner, other threads)':58}{other / b.count * 1e6:>10.0f} us")
@@ -495,14 +501,14 @@ def ceiling(floor: Figure | None, b: Figure) -> None:
     if floor is None or not floor.children_cpu_seconds or b.broker_cpu_seconds is None:
         return
     cores = os.cpu_count() or 1
-    child_us = floor.children_cpu_seconds / floor.count * 1e6
+    child_us = floor.children_us
     spawn_us = floor.cpu_us + child_us
     broker_us = b.broker_cpu_seconds / b.count * 1e6
     print(f"  {'    the C floor: CPU per spawn, parent + child':58}{spawn_us:>10.0f} us  "
           f"(busy cores: {floor.rate * spawn_us / 1e6:.2f} of {cores})")
     print_ceilings("child", child_us, b.cpu_us, broker_us, floor.rate, "{:.2f} x the floor")
     if b.children_cpu_seconds:
-        in_b = b.children_cpu_seconds / b.count * 1e6
+        in_b = b.children_us
         print(f"  {'    a task process in (b): its CPU (from C: the child above)':58}{in_b:>10.0f} us  "
               f"({child_us:.0f} us)")
         print_ceilings("child in (b)", in_b, b.cpu_us, broker_us, floor.rate, "{:.2f} x the floor")
@@ -517,7 +523,7 @@ def persistent_ceiling(kept: Figure, b: Figure) -> None:
     """
     if not kept.children_cpu_seconds or kept.broker_cpu_seconds is None:
         return
-    program_us = kept.children_cpu_seconds / kept.count * 1e6
+    program_us = kept.children_us
     broker_us = kept.broker_cpu_seconds / kept.count * 1e6
     print(f"  {'    CPU per task: the program, the local broker':58}{program_us:>7.0f}, {broker_us:.0f} us")
     print_ceilings("program", program_us, kept.cpu_us, broker_us, b.rate, "{:.1f} x spawn mode")
@@ -529,7 +535,7 @@ def loop_ceiling(figure: Figure, reference: float, against: str) -> None:
     1 / (its CPU per task) even with cores to spare; and how busy it was over the run."""
     if not figure.loop_cpu_seconds:
         return
-    loop_us = figure.loop_cpu_seconds / figure.count * 1e6
+    loop_us = figure.loop_us
     best = 1e6 / loop_us
     print(f"  {'    ceiling, one event loop: 1 / its CPU per task':58}{best:>10.0f} /s  = "
           + against.format(best / reference) + f"  (busy {figure.loop_cpu_seconds / figure.seconds:.0%} of the run)")

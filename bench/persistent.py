@@ -311,7 +311,7 @@ def report_floor(least: Figure, kept: Figure, spawn: Figure) -> None:
     print(f"  {'the Python floor: no engine (bench/python_floor.py)':44}{least.rate:>10.0f}{least.cpu_us:>15.0f} us"
           f"   = {least.rate / spawn.rate:.1f}x spawn mode")
     print(f"  {'    its programs and the local broker, per task':44}{'':>10}"
-          f"{least.children_cpu_seconds / least.count * 1e6:>15.0f}, "
+          f"{least.children_us:>15.0f}, "
           + (f"{least.broker_cpu_seconds / least.count * 1e6:.0f} us" if least.broker_cpu_seconds is not None else "-"))
     print(f"  {'    persistent mode / the Python floor':44}{kept.rate / least.rate:>9.2f}x tasks/s, "
           f"{kept.cpu_us / least.cpu_us:.1f}x worker CPU per task")

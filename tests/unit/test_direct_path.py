@@ -110,7 +110,9 @@ class Rig:
         and those tasks have ended: a task settles its messages a step before its asyncio task is done."""
         self.send(*(f"out=warm-{i}" for i in range(self.scheduler.slots)))
         await self.settled()
+        deadline = time.monotonic() + 30
         while self.processor._children:
+            assert time.monotonic() < deadline, "the warm-up tasks' asyncio tasks did not end"
             await asyncio.sleep(0.01)
 
     async def settled(self, timeout: float = 30) -> None:

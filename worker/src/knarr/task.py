@@ -40,6 +40,8 @@ from typing import BinaryIO
 
 from knarr.engine.frames import PREFIX, PROTOCOL_VERSION, FrameError, check_prefix, encode, parse_header
 
+POLL_INTERVAL_SECONDS = 50e-6  # serve's poll_interval_seconds: the sleep between two looks at stdin
+
 __all__ = ["FrameError", "PolledInput", "Request", "Result", "read_request", "serve", "write_hello", "write_result"]
 
 
@@ -127,7 +129,7 @@ class PolledInput:
     every ``interval`` seconds for ``poll_seconds`` and only then blocks (see the module's docstring).
     ``read(n)`` returns ``n`` bytes, fewer only at end of file, as a buffered reader's does."""
 
-    def __init__(self, fd: int, poll_seconds: float, interval: float = 50e-6) -> None:
+    def __init__(self, fd: int, poll_seconds: float, interval: float = POLL_INTERVAL_SECONDS) -> None:
         self.fd = fd
         self.poll_seconds = poll_seconds
         self.interval = interval
@@ -160,7 +162,7 @@ class PolledInput:
 
 
 def serve(run: Callable[[Request], object], inp: BinaryIO | None = None, out: BinaryIO | None = None, *,
-          poll_seconds: float = 0.0, poll_interval_seconds: float = 50e-6) -> None:
+          poll_seconds: float = 0.0, poll_interval_seconds: float = POLL_INTERVAL_SECONDS) -> None:
     """Answer requests with ``run`` until stdin closes.
 
     The frames go to the original stdout; the program's file descriptor 1 (and ``sys.stdout``)
