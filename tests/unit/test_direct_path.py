@@ -1,15 +1,18 @@
-"""A persistent task's usual life goes through callbacks, without an asyncio task of its own, and
-every way off it goes on through the engine's usual code, from where the task was.
+"""A task's usual life goes through callbacks, without an asyncio task of its own, whether a
+persistent program or the native runner's spawn runs it, and every way off it goes on through the
+engine's usual code, from where the task was.
 
-A real partition processor, executor and program pool (tests/programs/behave_persistent.py, real
-processes), and a sink of the test's own that confirms deliveries through futures, as the Kafka
-sink does, so each confirmation and refusal can be made to happen.
+A real partition processor, executor, program pool and native runner (tests/programs/behave and
+behave_persistent.py, which read the same arguments; real processes), and a sink of the test's
+own that confirms deliveries through futures, as the Kafka sink does, so each confirmation and
+refusal can be made to happen. Every test runs in both modes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,7 +29,9 @@ from knarr.engine.scheduling import SlotScheduler
 from knarr.sinks.base import TransientSinkError
 from knarr.sinks.delivery import SinkManager
 
-BEHAVE_PERSISTENT = [sys.executable, str(Path(__file__).resolve().parents[1] / "programs" / "behave_persistent.py")]
+PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
+BEHAVE_PERSISTENT = [sys.executable, str(PROGRAMS / "behave_persistent.py")]
+BEHAVE = str(PROGRAMS / "behave")
 
 
 class ConfirmingSink:
@@ -86,10 +91,16 @@ class Echo(knarr.BaseHandler[None, None]):
 
 
 class Rig:
-    def __init__(self, handler: Echo, sink: ConfirmingSink, slots: int = 2) -> None:
-        config = ExecutorConfig(max_executors=slots, task_timeout_seconds=30, max_retries=2,
-                                retry_backoff_base_seconds=0.01, persistent={"command": BEHAVE_PERSISTENT})
-        self.scheduler = SlotScheduler(slots)
+    def __init__(self, mode: str, handler: Echo, sink: ConfirmingSink, slots: int = 2) -> None:
+        if mode == "persistent":
+            config = ExecutorConfig(max_executors=slots, task_timeout_seconds=30, max_retries=2,
+                                    retry_backoff_base_seconds=0.01, persistent={"command": BEHAVE_PERSISTENT})
+        else:  # the native runner spawns each task, and holds up to two more ready
+            config = ExecutorConfig(max_executors=slots, task_timeout_seconds=30, max_retries=2,
+                                    retry_backoff_base_seconds=0.01, binary_path=BEHAVE, spawner="native",
+                                    spawn_ahead=2)
+        self.mode = mode
+        self.scheduler = SlotScheduler(slots, held=config.held_tasks)
         self.executor = TaskExecutor(handler, self.scheduler, config)
         self.sink = sink
         self.fatal: list[BaseException] = []
@@ -127,12 +138,12 @@ class Rig:
         await self.executor.close()
 
 
-@pytest.fixture
-async def rig_of():
+@pytest.fixture(params=["persistent", "spawned"])
+async def rig_of(request):
     rigs: list[Rig] = []
 
     def make(handler: Echo | None = None, sink: ConfirmingSink | None = None, slots: int = 2) -> Rig:
-        rigs.append(Rig(handler or Echo(), sink or ConfirmingSink(), slots))
+        rigs.append(Rig(request.param, handler or Echo(), sink or ConfirmingSink(), slots))
         return rigs[-1]
 
     yield make
@@ -169,10 +180,11 @@ async def test_a_confirmation_that_fails_gets_the_sink_managers_retry(rig_of):
     rig = rig_of()
     await rig.warm()
     rig.sink.auto = False
+    before = len(rig.sink.begun)
     rig.send("out=late")
-    while not rig.sink.begun:
+    while len(rig.sink.begun) == before:
         await asyncio.sleep(0.01)
-    rig.sink.begun[0][1].set_exception(RuntimeError("the broker went away"))
+    rig.sink.begun[-1][1].set_exception(RuntimeError("the broker went away"))
     await rig.settled()
     assert [p.data["out"] for p in rig.sink.delivered][-1] == "late\n"
     assert rig.processor.stats.outputs == 3
@@ -204,19 +216,58 @@ async def test_a_failed_attempt_goes_on_to_on_error_and_its_retry(rig_of, tmp_pa
     assert rig.sink.delivered[-1].data["out"] == "second-time\n"
 
 
-async def test_a_stop_takes_back_every_slot_and_kills_the_programs_mid_task(rig_of):
+async def test_a_stop_takes_back_every_slot_and_kills_the_tasks_mid_run(rig_of):
     rig = rig_of(slots=2)
     await rig.warm()
     programs = set(rig.executor.programs._live)
-    rig.send(*("sleep=30" for _ in range(5)))  # two run, three wait for a slot
-    while len(rig.processor._direct.tasks) < 5 or rig.scheduler.free:
+    # two run (spawned: each with a background sleep in its group), two wait in the runner's held
+    # queue (spawned), the rest wait for a slot
+    rig.send(*("spawn=30 sleep=30" for _ in range(6)))
+    expected_held = 2 if rig.mode == "spawned" else 0
+    while len(rig.processor._direct.tasks) < 6 or rig.scheduler.free or rig.scheduler.held < expected_held:
         await asyncio.sleep(0.01)
+    running = _task_processes(rig)
     unhandled: list[dict] = []
     asyncio.get_running_loop().set_exception_handler(lambda loop, context: unhandled.append(context))
     await asyncio.wait_for(rig.processor.stop(), 10)
-    assert rig.scheduler.free == 2 and rig.scheduler.waiting_count == 0
+    assert rig.scheduler.waiting_count == 0
     assert not rig.processor._direct.tasks
+    deadline = time.monotonic() + 10
+    while rig.scheduler.free != 2 or rig.scheduler.held:  # (the runner's events give the held places back)
+        assert time.monotonic() < deadline, (rig.scheduler.free, rig.scheduler.held)
+        await asyncio.sleep(0.01)
     await asyncio.wait_for(asyncio.gather(*(p.exited for p in programs)), 10)  # killed, not left running
+    deadline = time.monotonic() + 5  # killed (SIGKILL to each task's group): gone within moments
+    while left := [pid for pid in running if _alive(pid)]:
+        assert time.monotonic() < deadline, f"a task's process outlived the stop: {left}"
+        await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)
-    gc.collect()  # a program's answer that failed with nobody to take it would be reported now
+    gc.collect()  # an answer or end that failed with nobody to take it would be reported now
     assert unhandled == []
+
+
+def _task_processes(rig: Rig) -> list[int]:
+    """The processes running the rig's tasks (spawned mode: the behave scripts and the sleeps they
+    started in their groups; persistent mode: none beyond the programs, which the test watches)."""
+    if rig.mode != "spawned":
+        return []
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry.name)] = (int(fields[1]), int(fields[2]))  # parent, process group
+    leaders = {pid for pid, (parent, _) in stats.items() if parent == os.getpid()}
+    found = [pid for pid, (_, group) in stats.items() if pid in leaders or group in leaders]
+    assert len(found) >= 4, f"the two running tasks and their background sleeps were not all found: {found}"
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -127,6 +127,10 @@ class ProbeExecutor(TaskExecutor):
         """Every task takes an asyncio task of its own here (not direct.py's path): its trace follows it."""
         return None
 
+    def direct_spawn(self, task: ExecutorTask) -> None:
+        """(As direct_command: not direct.py's path.)"""
+        return None
+
     async def run(self, task: ExecutorTask, partition: int, attempt: int = 1, offset: int | None = None,
                   granted: bool = False, first: Any = None) -> tuple[Outcome, int]:
         trace = TaskTrace(task=task, queued_at=time.monotonic())

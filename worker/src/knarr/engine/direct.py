@@ -1,26 +1,31 @@
-"""A persistent task's usual life through callbacks, without an asyncio task of its own.
+"""A task's usual life through callbacks, without an asyncio task of its own.
 
-Most tasks in persistent mode go one way: a slot, an idle program, an answer with exit code 0,
-``on_task_complete`` returning at once, outputs for one Kafka sink, the broker's confirmation. On
-this path each step is a callback of the one before rather than an await in a chain of
-coroutines: no asyncio task, slot future or coroutine per task, which is a quarter of the event
-loop's time per task (docs/performance.md). The steps themselves are the engine's usual ones,
-called from here: the scheduler's order, the pool's programs, the executor's outcome, the hook
-door, the sink manager, the ledger.
+Most tasks go one way: a slot, then either an idle persistent program and its answer or a spawn
+through the native runner and its end event, exit code 0, ``on_task_complete`` returning at
+once, outputs for one Kafka sink, the broker's confirmation. On this path each step is a
+callback of the one before rather than an await in a chain of coroutines: no asyncio task, slot
+future or coroutine per task, which is a quarter of persistent mode's event loop time per task
+and a sixth of spawn mode's (docs/performance.md). The steps themselves are the engine's usual
+ones, called from here: the scheduler's order (a held place included, for the runner), the pool's
+programs or the runner's spawn (processes.py), the executor's outcome, the hook door, the sink
+manager, the ledger.
 
 The moment a task leaves that way it goes on in an asyncio task of its own, through the same code
 as every other task (processor.py, execution.py), from where it is:
 
 - no idle program when its slot comes (one is starting): the attempt, holding its slot;
-- a failed attempt (exit code, timeout, crash, protocol): retries and ``on_error``, from that outcome;
+- a failed attempt (exit code, timeout, crash, protocol, a launch error): retries and ``on_error``,
+  from that outcome;
 - ``on_task_complete`` waiting on something: the rest of that call, then delivery and settling;
 - outputs for several sinks, or a sink that confirms through no future: the sink manager's delivery;
 - a delivery that fails: the sink manager's handling of that failure (retries, outage waits, DLQ).
 
-What needs more from the start takes the asyncio task from the start (``TaskExecutor.direct_command``):
-spawn mode, a precomputed result, a delay or an expiry, and every task while the flight recorder
-is on. ``stop`` gives up what is on this path as cancelling the asyncio tasks gives up the rest:
-a waiting task leaves the queue, a program mid-task is killed and its slot freed.
+What needs more from the start takes the asyncio task from the start (``TaskExecutor.direct_command``
+and ``direct_spawn``): the spawner thread (no native runner), a precomputed result, a delay or an
+expiry, a missing binary or program, and every task while the flight recorder is on. ``stop``
+gives up what is on this path as cancelling the asyncio tasks gives up the rest: a waiting task
+leaves the queue, a program mid-task is killed and its slot freed, a spawned or held task is
+killed (or dropped from the runner's queue) and reaped.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from knarr.api.tasks import ExecutorError, ExecutorResult
 from knarr.engine.execution import TaskExecutor, task_context
 from knarr.engine.hooks import Called, start_hook
 from knarr.engine.ledger import Failed, Outcome, Run, Succeeded
-from knarr.engine.processes import ProcessOutcome
+from knarr.engine.native import Ended, NativeJob
+from knarr.engine.processes import ProcessOutcome, native_outcome, submit_native
 from knarr.engine.programs import Program, ProgramFailure
 from knarr.engine.stats import RunStats
 from knarr.sinks.delivery import Origin, SinkManager
@@ -83,91 +89,67 @@ class DirectPath:
 
     def start(self, run: Run) -> bool:
         """Take ``run`` on the direct path; False when it needs its own asyncio task from the start."""
-        command = self.executor.direct_command(run.task) if run.attempt == 1 else None
-        return command is not None and _Direct(self, run, command).begin()
+        if run.attempt != 1:
+            return False
+        command = self.executor.direct_command(run.task)
+        if command is not None:
+            return _InProgram(self, run, command).begin()
+        argv = self.executor.direct_spawn(run.task)
+        return argv is not None and _Spawned(self, run, argv).begin()
 
     def stop(self) -> None:
         """Give up every task on the path: the waiting ones first, so no slot freed here goes to one of them."""
-        tasks = sorted(self.tasks, key=lambda task: task.program is not None)
+        tasks = sorted(self.tasks, key=lambda task: task.running)
         for task in tasks:
             task.cancel()
 
 
 class _Direct:
-    """One task on the direct path: waiting for a slot, running in a program, or delivering."""
+    """One task on the direct path: waiting for a slot, running (``_InProgram``, ``_Spawned``), or delivering."""
 
-    __slots__ = ("path", "run", "command", "request", "timeout", "started", "program", "answer", "waiting",
-                 "cancelled", "outcome", "completing", "sink", "payloads", "origin", "sent")
+    __slots__ = ("path", "run", "timeout", "started", "waiting", "cancelled", "outcome", "completing", "sink",
+                 "payloads", "origin", "sent")
 
-    def __init__(self, path: DirectPath, run: Run, command: tuple[str, ...]) -> None:
-        self.path, self.run, self.command = path, run, command
-        self.program: Program | None = None
+    def __init__(self, path: DirectPath, run: Run) -> None:
+        self.path, self.run = path, run
         self.waiting = self.cancelled = False
 
+    @property
+    def running(self) -> bool:
+        raise NotImplementedError
+
     # --- a slot --------------------------------------------------------------------------
-    def begin(self) -> bool:
+    def _queue(self, priority: tuple, can_hold: bool) -> None:
+        """A slot (or, ``can_hold``, a held place) now, or a place in the scheduler's order."""
         processor = self.path.processor
-        executor, task = processor.executor, self.run.task
-        self.timeout = task.timeout_seconds or executor.config.task_timeout_seconds
-        request = executor.programs.request(self.command, task, self.timeout, time.monotonic())
-        if isinstance(request, ProcessOutcome):  # no frame carries this task: the attempt says why
-            return False
-        self.request = request
-        priority = executor.priority(task)
+        scheduler, partition = processor.executor.scheduler, processor.partition
         self.path.tasks.add(self)
-        if executor.scheduler.take(processor.partition):
-            self._granted()
+        if scheduler.take(partition):
+            self._granted(False)
+        elif can_hold and scheduler.take_held(partition):
+            self._granted(True)
         else:
             self.waiting = True
-            executor.scheduler.wait(processor.partition, priority, self)
-        return True
+            scheduler.wait(partition, priority, self, can_hold)
 
     def done(self) -> bool:
         """(For the scheduler:) no longer waiting for a slot."""
         return not self.waiting
 
     def set_result(self, held: bool) -> None:
-        """(For the scheduler:) the slot is this task's."""
+        """(For the scheduler:) the slot (``held``: a held place) is this task's."""
         self.waiting = False
-        self._granted()
+        self._granted(held)
 
-    def _granted(self) -> None:
-        processor = self.path.processor
-        try:
-            program = processor.executor.programs.take_idle(self.command)
-            if program is None:  # none idle (one is starting, or was replaced): the attempt, with its slot
-                self._hand_over(processor.run_task(self.run, granted=True))
-                return
-            self.program, self.started = program, time.monotonic()  # its duration counts from here, not the wait
-            self.answer = program.send(self.request, self.timeout, "task")
-            self.answer.add_done_callback(self._answered)
-        except Exception as exc:
-            self._crash(exc)
+    def _granted(self, held: bool) -> None:
+        raise NotImplementedError
 
-    # --- the program's answer ------------------------------------------------------------
-    def _answered(self, answer: asyncio.Future) -> None:
-        if self.cancelled:
+    def _attempted(self, outcome: ExecutorResult | ExecutorError) -> None:
+        """The attempt's outcome: on to on_task_complete, or (failed) retries and on_error in a task of its own."""
+        if isinstance(outcome, ExecutorError):
+            self._hand_over(self.path.processor.run_task(self.run, first=outcome))
             return
-        processor = self.path.processor
-        executor, program, task = processor.executor, self.program, self.run.task
-        try:
-            program.deadlines.stop(program)
-            self.program = None
-            failure = answer.exception()
-            if failure is not None and not isinstance(failure, ProgramFailure):
-                raise failure
-            if failure is None:
-                proc = executor.programs.answered(program, task, self.started, frame=answer.result())
-            else:
-                proc = executor.programs.answered(program, task, self.started, failure=failure)
-            executor.scheduler.release(processor.partition)
-            outcome = executor.outcome_of(task, 1, proc)
-            if isinstance(outcome, ExecutorError):  # retries and on_error, from this outcome
-                self._hand_over(processor.run_task(self.run, first=outcome))
-                return
-            self._complete(Succeeded(outcome))
-        except Exception as exc:
-            self._crash(exc)
+        self._complete(Succeeded(outcome))
 
     def _complete(self, outcome: Succeeded) -> None:
         processor, run = self.path.processor, self.run
@@ -247,6 +229,72 @@ class _Direct:
         if self.waiting:
             self.waiting = False  # done: the scheduler drops it
             return
+        self._abandon()
+
+    def _abandon(self) -> None:
+        """Give up the running task (``stop``), as cancelling its attempt would."""
+        raise NotImplementedError
+
+
+class _InProgram(_Direct):
+    """A task run by an idle persistent program."""
+
+    __slots__ = ("command", "request", "program", "answer")
+
+    def __init__(self, path: DirectPath, run: Run, command: tuple[str, ...]) -> None:
+        super().__init__(path, run)
+        self.command = command
+        self.program: Program | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.program is not None
+
+    def begin(self) -> bool:
+        executor, task = self.path.processor.executor, self.run.task
+        self.timeout = task.timeout_seconds or executor.config.task_timeout_seconds
+        request = executor.programs.request(self.command, task, self.timeout, time.monotonic())
+        if isinstance(request, ProcessOutcome):  # no frame carries this task: the attempt says why
+            return False
+        self.request = request
+        self._queue(executor.priority(task), False)
+        return True
+
+    def _granted(self, held: bool) -> None:
+        processor = self.path.processor
+        try:
+            program = processor.executor.programs.take_idle(self.command)
+            if program is None:  # none idle (one is starting, or was replaced): the attempt, with its slot
+                self._hand_over(processor.run_task(self.run, granted=True))
+                return
+            self.program, self.started = program, time.monotonic()  # its duration counts from here, not the wait
+            self.answer = program.send(self.request, self.timeout, "task")
+            self.answer.add_done_callback(self._answered)
+        except Exception as exc:
+            self._crash(exc)
+
+    # --- the program's answer ------------------------------------------------------------
+    def _answered(self, answer: asyncio.Future) -> None:
+        if self.cancelled:
+            return
+        processor = self.path.processor
+        executor, program, task = processor.executor, self.program, self.run.task
+        try:
+            program.deadlines.stop(program)
+            self.program = None
+            failure = answer.exception()
+            if failure is not None and not isinstance(failure, ProgramFailure):
+                raise failure
+            if failure is None:
+                proc = executor.programs.answered(program, task, self.started, frame=answer.result())
+            else:
+                proc = executor.programs.answered(program, task, self.started, failure=failure)
+            executor.scheduler.release(processor.partition)
+            self._attempted(executor.outcome_of(task, 1, proc))
+        except Exception as exc:
+            self._crash(exc)
+
+    def _abandon(self) -> None:
         program = self.program
         if program is not None:  # mid-task: killed, as a cancelled attempt's program is, and its slot freed
             self.program = None
@@ -255,6 +303,68 @@ class _Direct:
             executor = self.path.processor.executor
             executor.programs.abandon(program)
             executor.scheduler.release(self.path.processor.partition)
+
+
+class _Spawned(_Direct):
+    """A task spawned by the native runner (processes.py's submit_native and native_outcome)."""
+
+    __slots__ = ("argv", "slot", "job")
+
+    def __init__(self, path: DirectPath, run: Run, argv: list[str]) -> None:
+        super().__init__(path, run)
+        self.argv = argv
+        self.job: NativeJob | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.job is not None
+
+    def begin(self) -> bool:
+        executor, task = self.path.processor.executor, self.run.task
+        self.timeout = task.timeout_seconds or executor.config.task_timeout_seconds
+        self._queue(executor.priority(task), executor.holds)
+        return True
+
+    def _granted(self, held: bool) -> None:
+        processor = self.path.processor
+        executor, partition, task = processor.executor, processor.partition, self.run.task
+        try:
+            self.slot = slot = executor.runner_slot(partition, held, None)  # None: no held places, released here
+            self.started = time.monotonic()
+            job = submit_native(executor.runner, self.argv, task.stdin, executor.env_for(task), self.timeout,
+                                executor.config.max_output_bytes, slot, self.started, on_end=self._ended)
+            if isinstance(job, ProcessOutcome):  # exec cannot take it: the grant goes back, the attempt failed
+                executor.scheduler.give_back(partition, held if slot is None else slot.held)
+                self._attempted(executor.outcome_of(task, 1, job))
+                return
+            self.job = job
+        except Exception as exc:
+            self._crash(exc)
+
+    def _ended(self, end: Ended) -> None:
+        if self.cancelled:
+            return
+        processor = self.path.processor
+        executor, slot = processor.executor, self.slot
+        try:
+            self.job = None
+            proc = native_outcome(end, self.argv, self.timeout, self.started,
+                                  slot is not None and slot.held)
+            if slot is None:  # (else the runner's event settled the grant)
+                executor.scheduler.release(processor.partition)
+            executor.spawned(proc)
+            self._attempted(executor.outcome_of(self.run.task, 1, proc))
+        except Exception as exc:
+            self._crash(exc)
+
+    def _abandon(self) -> None:
+        job = self.job
+        if job is not None:  # running or held: killed and reaped, as a cancelled attempt's is
+            self.job = None
+            executor = self.path.processor.executor
+            executor.runner.kill(job, wait=True)
+            if self.slot is None:  # (else the runner's event settles the grant)
+                executor.scheduler.release(self.path.processor.partition)
 
 
 async def _counted(delivering: Any, count: int) -> int:

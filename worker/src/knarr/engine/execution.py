@@ -81,15 +81,26 @@ class TaskExecutor:
         metrics.labelled(metrics.tasks, status).inc()
         self._labels.count(status, task.labels)
 
-    def _adapt(self, duration: float) -> None:
-        """Hold as many tasks as the running ones clear in HOLD_BUDGET_SECONDS at their mean duration."""
+    def spawned(self, proc: ProcessOutcome) -> None:
+        """A task the native runner spawned (with held places) has ended: while ``spawn_ahead`` is unset,
+        hold as many tasks as the running ones clear in HOLD_BUDGET_SECONDS at their mean duration."""
+        if not self._adapts:
+            return
+        duration = proc.duration_seconds
         mean = self._mean_duration
         mean = duration if mean is None else mean + (duration - mean) * _MEAN_WEIGHT
         self._mean_duration = mean
         self.scheduler.held_max = min(self._held_cap,
                                       int(self.config.max_executors * HOLD_BUDGET_SECONDS / max(mean, 1e-4)))
 
-    def _env_for(self, task: ExecutorTask) -> dict[str, str]:
+    def runner_slot(self, partition: int, held: bool, expires_at: float | None) -> RunnerSlot | None:
+        """A task's grant as the native runner takes it (its event settles the grant), or None without held places."""
+        if not self._holds:
+            return None
+        return RunnerSlot(held, expires_at, lambda fate: self.scheduler.settle(partition, fate),
+                          self.scheduler.take_free, self._owner)
+
+    def env_for(self, task: ExecutorTask) -> dict[str, str]:
         if not task.env:
             return self._base_env
         return task_environment((), {}, self._base_env, task.env, always=self._marker)
@@ -197,9 +208,8 @@ class TaskExecutor:
                 proc = await self.programs.run(command, task, timeout)
             else:
                 if native_run:  # the runner's event settles the grant (SlotScheduler.settle)
-                    slot = RunnerSlot(held, task.expires_at, lambda fate: self.scheduler.settle(partition, fate),
-                                      self.scheduler.take_free, self._owner)
-                proc = await run_process([binary, *task.args], stdin=task.stdin, env=self._env_for(task),
+                    slot = self.runner_slot(partition, held, task.expires_at)
+                proc = await run_process([binary, *task.args], stdin=task.stdin, env=self.env_for(task),
                                          timeout=timeout, max_output_bytes=self.config.max_output_bytes,
                                          runner=self._runner, slot=slot)
         finally:
@@ -207,8 +217,8 @@ class TaskExecutor:
                 self.scheduler.give_back(partition, held if slot is None else slot.held)
         if proc.expired:  # it waited in the runner's held queue past its expires_at: never run
             return _expired(task, attempt)
-        if self._adapts and native_run:
-            self._adapt(proc.duration_seconds)
+        if native_run:
+            self.spawned(proc)
         return self.outcome_of(task, attempt, proc)
 
     def priority(self, task: ExecutorTask) -> tuple:
@@ -227,6 +237,29 @@ class TaskExecutor:
                 or task.not_before or task.expires_at is not None):
             return None
         return command
+
+    def direct_spawn(self, task: ExecutorTask) -> list[str] | None:
+        """The argv a first attempt may be spawned with through direct.py's path (the native runner, on
+        this loop), or None when the task needs the coroutine path: as for ``direct_command``, and a
+        persistent program's task, a missing binary, or no native runner."""
+        runner = self._runner
+        if (runner is None or self.recorder is not None or task.precomputed is not None or task.delay_seconds
+                or task.not_before or task.expires_at is not None or program_command(task, self.config) is not None):
+            return None
+        binary = task.binary_path or self.config.binary_path
+        if not binary or not runner.claim(asyncio.get_running_loop()):
+            return None
+        return [binary, *task.args]
+
+    @property
+    def runner(self) -> native.NativeRunner | None:
+        """The native runner tasks are spawned through (None: the spawner thread)."""
+        return self._runner
+
+    @property
+    def holds(self) -> bool:
+        """Whether spawned tasks may be granted held places (the native runner, ``spawn_ahead`` not 0)."""
+        return self._holds
 
     def outcome_of(self, task: ExecutorTask, attempt: int, proc: ProcessOutcome) -> ExecutorResult | ExecutorError:
         """What a run's process outcome makes of the attempt: its result (exit 0), or why it failed."""

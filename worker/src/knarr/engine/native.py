@@ -123,13 +123,16 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
 
 @dataclass(slots=True)
 class NativeJob:
-    """A submitted task: ``ended`` gets its ``Ended``. ``on_slot`` hears what became of its slot
-    (SLOT_*), whether or not anyone still waits for ``ended``."""
+    """A submitted task: ``ended`` gets its ``Ended``, or (submitted with ``on_end``) that is called
+    with it, on the loop that submitted it. ``on_slot`` hears what became of its slot (SLOT_*),
+    whether or not anyone still waits for the end."""
 
     id: int
-    ended: asyncio.Future
+    ended: asyncio.Future | None
     keep: tuple  # what the runner reads until the task has started: path, argv and envp arrays, stdin data
     on_slot: Callable[[int], None] | None
+    on_end: Callable[[Ended], None] | None = None
+    loop: asyncio.AbstractEventLoop | None = None
 
 
 class NativeRunner:
@@ -165,19 +168,24 @@ class NativeRunner:
 
     def submit(self, argv: list[str], env: dict[str, str] | None, stdin: bytes | None, timeout: float, cap: int, *,
                hold: bool = False, expires_at: float | None = None,
-               on_slot: Callable[[int], None] | None = None, owner: int = 0) -> NativeJob:
+               on_slot: Callable[[int], None] | None = None, owner: int = 0,
+               on_end: Callable[[Ended], None] | None = None) -> NativeJob:
         """Queue ``argv``; raises what os.posix_spawnp would for arguments exec cannot take (ValueError, TypeError).
 
         ``stdin``: the data the task reads (None: /dev/null). The task's group is killed if it still
         runs ``timeout`` seconds after its start, and ``cap`` bytes of each of its streams are kept.
         ``hold``: the task has no slot yet; it starts when a running task of the same ``owner`` (a
         pool scheduler, see ``new_owner``) ends and passes it its slot (or ``pass_slot`` does), unless
-        ``expires_at`` (Unix time) has passed by then (status -ETIME).
+        ``expires_at`` (Unix time) has passed by then (status -ETIME). ``on_end``: called with the
+        task's ``Ended`` as the loop takes the runner's events (no future: ``ended`` is None); it must
+        not raise, and a ``kill`` after its call is too late to matter.
         """
         encoded = [exec_arg(a) for a in argv]
         args = c_strings(encoded)
         envp = None if env is None else self._env.encoded(env)
-        job = NativeJob(next(self._ids), self._loop.create_future(), (encoded, args, envp, stdin), on_slot)
+        loop = self._loop
+        job = NativeJob(next(self._ids), None if on_end else loop.create_future(), (encoded, args, envp, stdin),
+                        on_slot, on_end, loop)
         expires_ns = int(expires_at * 1e9) if hold and expires_at is not None else 0
         code = self._lib.kr_submit(self._handle, job.id, encoded[0], args, envp, stdin, len(stdin or b""),
                                    int(timeout * 1e9), cap, hold, expires_ns, owner)
@@ -215,11 +223,15 @@ class NativeRunner:
                     continue
                 if job.on_slot is not None:
                     job.on_slot(event.slot)
-                if not job.ended.done() and job.ended.get_loop() is self._loop:
+                ended = job.ended
+                if job.loop is self._loop and (ended is None or not ended.done()):
                     flags, out, err = event.flags, event.out_len, event.err_len  # valid until the next kr_collect
-                    job.ended.set_result(Ended(event.pid, event.status, event.started_ns, flags,
-                                               _text(event.out, out, flags & OUT_CUT),
-                                               _text(event.err, err, flags & ERR_CUT)))
+                    end = Ended(event.pid, event.status, event.started_ns, flags, _text(event.out, out, flags & OUT_CUT),
+                                _text(event.err, err, flags & ERR_CUT))
+                    if ended is None:
+                        job.on_end(end)
+                    else:
+                        ended.set_result(end)
                     heads += out + err
             if count < _BATCH:
                 if heads > FREE_NOW_BYTES:  # big heads go now, not at the next wake-up (kr_collect frees them)

@@ -340,30 +340,46 @@ async def _run_native(
     output to the cap, kills the group at the deadline (counted from the process's start), sweeps,
     reaps and reads the output; the loop only hands it the task."""
     started = time.monotonic()
-    try:
-        data = stdin.encode() if stdin is not None else None
-        if slot is None:
-            job = runner.submit(argv, env, data, timeout, cap)
-        else:
-            if slot.held and slot.take_free():  # a slot came free since the grant: no need to wait
-                slot.held = False
-            job = runner.submit(argv, env, data, timeout, cap, hold=slot.held, expires_at=slot.expires_at,
-                                on_slot=slot.on_slot, owner=slot.owner)
-            slot.submitted = True
-    except (ValueError, TypeError) as exc:  # exec cannot take the arguments (e.g. a NUL byte), nor stdin its text
-        return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
-    except OSError as exc:
-        return _launch_failure(argv, _spawn_error(exc), started)
+    job = submit_native(runner, argv, stdin, env, timeout, cap, slot, started)
+    if isinstance(job, ProcessOutcome):
+        return job
     try:
         end = await job.ended
     except BaseException:  # cancelled (shutdown), or closed unfinished: kill the tree, reaped before going on
         runner.kill(job, wait=True)
         raise
+    return native_outcome(end, argv, timeout, started, slot is not None and slot.held)
+
+
+def submit_native(runner: native.NativeRunner, argv: list[str], stdin: str | None, env: dict[str, str] | None,
+                  timeout: float, cap: int, slot: RunnerSlot | None, started: float,
+                  on_end: Callable[[native.Ended], None] | None = None) -> native.NativeJob | ProcessOutcome:
+    """Hand a task to the native runner (``slot``: its grant, see RunnerSlot; none: it starts at
+    once and nobody hears of its slot; ``on_end``: see NativeRunner.submit); the launch failure
+    instead when exec cannot take it."""
+    try:
+        data = stdin.encode() if stdin is not None else None
+        if slot is None:
+            return runner.submit(argv, env, data, timeout, cap, on_end=on_end)
+        if slot.held and slot.take_free():  # a slot came free since the grant: no need to wait
+            slot.held = False
+        job = runner.submit(argv, env, data, timeout, cap, hold=slot.held, expires_at=slot.expires_at,
+                            on_slot=slot.on_slot, owner=slot.owner, on_end=on_end)
+        slot.submitted = True
+        return job
+    except (ValueError, TypeError) as exc:  # exec cannot take the arguments (e.g. a NUL byte), nor stdin its text
+        return _launch_failure(argv, _refused(argv, env, stdin, exc), started)
+    except OSError as exc:
+        return _launch_failure(argv, _spawn_error(exc), started)
+
+
+def native_outcome(end: native.Ended, argv: list[str], timeout: float, started: float, held: bool) -> ProcessOutcome:
+    """What the native runner's event for a task (submitted at ``started``, ``held`` or not) makes of its run."""
     if end.started_ns > 0:
         started = end.started_ns / 1e9  # the process's own start (a held task waited before it): CLOCK_MONOTONIC
     status = end.status
     if status < 0:
-        if status == -errno.ETIME and slot is not None and slot.held:
+        if status == -errno.ETIME and held:
             return ProcessOutcome(-1, "", "", None, 0.0, expired=True)
         return _launch_failure(argv, _spawn_error(OSError(-status, os.strerror(-status), argv[0])), started)
     _sweep_detached()

@@ -10,9 +10,10 @@ A message's life, in the order it reads here: ``_window`` (deserialize, take, ar
 ``run_task`` (execute, on_task_complete, deliver, settle) → ``_close`` (on_message_complete,
 deliver, group_closed → the offset completes) → ``_finish`` (on_window_complete, deliver).
 What cannot go on goes through ``_dead_letter``. The close a task's end brings runs in that
-task's own asyncio task (``_carry_on``); every other effect starts one of its own. A persistent
-task's usual life takes no asyncio task at all: direct.py carries it through callbacks, and hands
-it to ``run_task``, ``complete`` or ``deliver_and_settle`` the moment it leaves that way.
+task's own asyncio task (``_carry_on``); every other effect starts one of its own. A task's usual
+life (in a persistent program, or spawned by the native runner) takes no asyncio task at all:
+direct.py carries it through callbacks, and hands it to ``run_task``, ``complete`` or
+``deliver_and_settle`` the moment it leaves that way.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class PartitionProcessor:
         self.completes_tasks = defines(handler, "on_task_complete")
         self._completes_messages = defines(handler, "on_message_complete")
         self._completes_windows = defines(handler, "on_window_complete")
-        self._direct = DirectPath(self)  # persistent tasks' usual way, without an asyncio task each
+        self._direct = DirectPath(self)  # tasks' usual way, without an asyncio task each
 
     @property
     def watermark(self):

@@ -74,8 +74,7 @@ class SlotScheduler:
         """
         if self.take(partition):
             return False
-        if can_hold and not self._waiting and self.held < self.held_max and self._under_cap(partition):
-            self._grant(partition, held=True)
+        if can_hold and self.take_held(partition):
             return True
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self.wait(partition, priority, fut, can_hold)
@@ -91,6 +90,13 @@ class SlotScheduler:
         """A slot at once, if one is free and no task waits before this one (else wait for it)."""
         if not self._waiting and self.free > 0 and self._under_cap(partition):
             self._grant(partition)
+            return True
+        return False
+
+    def take_held(self, partition: int) -> bool:
+        """A held place at once, if no task waits and not all of them are granted (call after ``take``)."""
+        if not self._waiting and self.held < self.held_max and self._under_cap(partition):
+            self._grant(partition, held=True)
             return True
         return False
 
