@@ -21,7 +21,8 @@
  *
  * The thread spawns each task in a session of its own (so its
  * whole tree can be killed), with the signals kr_new was given (SIGPIPE, SIGXFSZ) at their
- * defaults and no signal blocked, then waits on the tasks' pidfds with one epoll. It spawns
+ * defaults and no signal blocked, then waits on the tasks' pidfds with one epoll (the thread
+ * blocks every signal but SIGCHLD, which its tasks' exits send it). It spawns
  * as posix_spawnp does (clone with CLONE_VM | CLONE_VFORK, the PATH lookup, the same errors)
  * but on one stack mapped for good, and gets each pidfd from the clone itself. When a task's
  * leader exits, its group is swept with SIGKILL (the unreaped leader keeps the group's id
@@ -599,8 +600,13 @@ runner_t *kr_new(const int *reset, int n, int64_t first_check_ns, int64_t last_c
     sigset_t all, previous;
     sigemptyset(&r->defaults);
     for (int i = 0; i < n; i++) sigaddset(&r->defaults, reset[i]);
-    /* The thread takes no signal: the interpreter's handlers belong to its main thread. */
+    /* The thread takes no signal (the interpreter's handlers belong to its main thread) but
+     * SIGCHLD. Its tasks' exits send it that (an exec resets any other exit signal), and a signal
+     * that its target thread blocks is queued, not dropped: the kernel then woke the event loop's
+     * thread for it, once per task, only for it to be discarded there. Unblocked, and left at its
+     * default, it is dropped as it is sent; a handler someone installs still gets it. */
     sigfillset(&all);
+    sigdelset(&all, SIGCHLD);
     pthread_sigmask(SIG_SETMASK, &all, &previous);
     pthread_t thread;
     int code = pthread_create(&thread, NULL, serve, r);
