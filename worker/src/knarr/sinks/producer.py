@@ -15,8 +15,12 @@ from knarr.observability.kafka_logs import ClientLog
 Record = tuple[bytes, bytes | None, dict[str, str] | None]
 
 
-# How often the event loop serves delivery reports while records are outstanding.
+# Delivery reports are served on the event loop while records are outstanding: on the way, when
+# records are produced and REPORT_POLL_SECONDS have passed since the reports were last served, and
+# otherwise by a timer, REPORT_WAIT_SECONDS after the last time at the latest. A timer of its own
+# at the shorter interval woke an otherwise sleeping loop about once every eight tasks in spawn mode.
 REPORT_POLL_SECONDS = 0.002
+REPORT_WAIT_SECONDS = 0.01
 
 
 class AsyncProducer:
@@ -24,7 +28,8 @@ class AsyncProducer:
 
     librdkafka batches messages from concurrent produce() calls on its own (linger.ms), so
     many tasks delivering at once share network round trips. While records are outstanding
-    the loop polls the producer (without blocking) every REPORT_POLL_SECONDS. A thread
+    the loop polls the producer (without blocking): when it produces, at most every
+    REPORT_POLL_SECONDS, and from a timer when it has not for REPORT_WAIT_SECONDS. A thread
     serving the reports instead had to take the GIL from the busy loop for every single
     report, and wake the loop for every batch.
     """
@@ -33,6 +38,7 @@ class AsyncProducer:
         self._conf = {"linger.ms": 5, "enable.idempotence": True, "acks": "all", **conf}
         self._producer: Producer | None = None
         self._polling: asyncio.AbstractEventLoop | None = None  # the loop a report poll is scheduled on
+        self._polled_at = 0.0  # when the reports were last served (the loop's clock)
         self._reports: deque[tuple[_Batch, KafkaError | None]] = deque()  # appended by delivery callbacks
 
     def connect(self, check_timeout: float = 10.0) -> None:
@@ -53,18 +59,26 @@ class AsyncProducer:
     def _poll_soon(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._polling is not loop:  # (a poll left on a loop that has closed since never runs)
             self._polling = loop
-            loop.call_later(REPORT_POLL_SECONDS, self._poll_on_loop, loop)
+            loop.call_at(self._polled_at + REPORT_WAIT_SECONDS, self._poll_on_loop, loop)
 
     def _poll_on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On the event loop: serve the delivery reports that are ready, and come back while any are due."""
+        """On the event loop, from the timer: serve the delivery reports that are ready, and come back
+        while any are due (at REPORT_WAIT_SECONDS after they were last served, which may be sooner)."""
         self._polling = None
         producer = self._producer
         if producer is None:
             return  # closed
-        producer.poll(0)
-        _settle(self._take_reports())
+        now = loop.time()
+        if now - self._polled_at >= REPORT_POLL_SECONDS:
+            self._serve(producer, now)
         if len(producer):
             self._poll_soon(loop)
+
+    def _serve(self, producer: Producer, now: float) -> None:
+        """Serve the delivery reports that are ready (their futures settle)."""
+        self._polled_at = now
+        producer.poll(0)
+        _settle(self._take_reports())
 
     def _take_reports(self) -> list[tuple[_Batch, KafkaError | None]]:
         reports = []
@@ -97,6 +111,9 @@ class AsyncProducer:
             batch.future.set_result(None)
         for value, key, headers in records:
             self._produce(topic, value, key, headers, batch.report)
+        now = loop.time()
+        if now - self._polled_at >= REPORT_POLL_SECONDS:  # reports served on the way, no wake-up of their own
+            self._serve(self._producer, now)
         self._poll_soon(loop)
         return batch.future
 
