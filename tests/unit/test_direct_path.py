@@ -90,6 +90,21 @@ class Echo(knarr.BaseHandler[None, None]):
         return knarr.ErrorAction.RETRY
 
 
+class Recorder:
+    """A flight recorder that keeps its events in a list."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def record(self, kind: str, partition: int | None = None, offset: int | None = None, task_id: str | None = None,
+               parent_task_id: str | None = None, duration_ms: float | None = None,
+               data: dict[str, Any] | None = None) -> None:
+        self.events.append({"kind": kind, "offset": offset, "task_id": task_id, "data": data or {}})
+
+    def of(self, offset: int) -> list[tuple[str, dict[str, Any]]]:
+        return [(e["kind"], e["data"]) for e in self.events if e["offset"] == offset and e["kind"].startswith("task")]
+
+
 class Rig:
     def __init__(self, mode: str, handler: Echo, sink: ConfirmingSink, slots: int = 2) -> None:
         if mode == "persistent":
@@ -271,3 +286,23 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+async def test_with_the_flight_recorder_on_each_attempt_is_recorded_once_on_either_path(rig_of, tmp_path):
+    rig = rig_of()
+    await rig.warm()
+    recorder = Recorder()
+    rig.executor.recorder = rig.processor.recorder = rig.processor.sinks.recorder = recorder
+    failfile = tmp_path / "fails"
+    failfile.write_text("1")  # its first attempt fails, the retry succeeds
+    first = rig.offset
+    rig.send("out=fine", f"failfile={failfile} out=later")
+    await rig.settled()
+    assert [kind for kind, _ in recorder.of(first)] == ["task_queued", "task_started", "task_finished", "task_complete"]
+    started, finished = recorder.of(first)[1][1], recorder.of(first)[2][1]
+    assert started["attempt"] == 1 and started["args"] == ["out=fine"] and started["slot_wait_ms"] >= 0
+    assert (finished["exit_code"], finished["stdout"]) == (0, "fine\n")
+    kinds = [kind for kind, _ in recorder.of(first + 1)]
+    assert kinds == ["task_queued", "task_started", "task_failed", "task_started", "task_finished", "task_complete"]
+    assert [data["attempt"] for kind, data in recorder.of(first + 1) if kind == "task_started"] == [1, 2]
+    assert [e["kind"] for e in recorder.events if e["kind"] == "delivered"] == ["delivered", "delivered"]

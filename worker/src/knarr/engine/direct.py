@@ -22,7 +22,8 @@ as every other task (processor.py, execution.py), from where it is:
 
 What needs more from the start takes the asyncio task from the start (``TaskExecutor.direct_command``
 and ``direct_spawn``): the spawner thread (no native runner), a precomputed result, a delay or an
-expiry, a missing binary or program, and every task while the flight recorder is on. ``stop``
+expiry, a missing binary or program. The flight recorder's task events are recorded on either path
+alike. ``stop``
 gives up what is on this path as cancelling the asyncio tasks gives up the rest: a waiting task
 leaves the queue, a program mid-task is killed and its slot freed, a spawned or held task is
 killed (or dropped from the runner's queue) and reaped.
@@ -107,8 +108,8 @@ class DirectPath:
 class _Direct:
     """One task on the direct path: waiting for a slot, running (``_InProgram``, ``_Spawned``), or delivering."""
 
-    __slots__ = ("path", "run", "timeout", "started", "waiting", "cancelled", "outcome", "completing", "sink",
-                 "payloads", "origin", "sent")
+    __slots__ = ("path", "run", "timeout", "started", "queued", "waiting", "cancelled", "outcome", "completing",
+                 "sink", "payloads", "origin", "sent")
 
     def __init__(self, path: DirectPath, run: Run) -> None:
         self.path, self.run = path, run
@@ -124,6 +125,8 @@ class _Direct:
         processor = self.path.processor
         scheduler, partition = processor.executor.scheduler, processor.partition
         self.path.tasks.add(self)
+        if processor.executor.recorder is not None:
+            self.queued = time.monotonic()  # (its slot wait, for task_started)
         if scheduler.take(partition):
             self._granted(False)
         elif can_hold and scheduler.take_held(partition):
@@ -144,11 +147,23 @@ class _Direct:
     def _granted(self, held: bool) -> None:
         raise NotImplementedError
 
+    def _record_start(self, held: bool) -> None:
+        """The flight recorder's task_started, when it is on (the attempt is under way)."""
+        processor = self.path.processor
+        executor = processor.executor
+        if executor.recorder is not None:
+            executor.record_start(self.run.task, processor.partition, self.run.first_offset,
+                                  time.monotonic() - self.queued, 1, held)
+
     def _attempted(self, outcome: ExecutorResult | ExecutorError) -> None:
-        """The attempt's outcome: on to on_task_complete, or (failed) retries and on_error in a task of its own."""
+        """The attempt's outcome: on to on_task_complete, or (failed) retries and on_error in a task of its own
+        (which records the attempt's end, as for its later attempts)."""
+        processor = self.path.processor
         if isinstance(outcome, ExecutorError):
-            self._hand_over(self.path.processor.run_task(self.run, first=outcome))
+            self._hand_over(processor.run_task(self.run, first=outcome))
             return
+        if processor.executor.recorder is not None:
+            processor.executor.record_attempt(self.run.task, processor.partition, self.run.first_offset, outcome)
         self._complete(Succeeded(outcome))
 
     def _complete(self, outcome: Succeeded) -> None:
@@ -268,6 +283,7 @@ class _InProgram(_Direct):
                 self._hand_over(processor.run_task(self.run, granted=True))
                 return
             self.program, self.started = program, time.monotonic()  # its duration counts from here, not the wait
+            self._record_start(False)
             self.answer = program.send(self.request, self.timeout, "task")
             self.answer.add_done_callback(self._answered)
         except Exception as exc:
@@ -330,6 +346,7 @@ class _Spawned(_Direct):
         executor, partition, task = processor.executor, processor.partition, self.run.task
         try:
             self.slot = slot = executor.runner_slot(partition, held, None)  # None: no held places, released here
+            self._record_start(held)
             self.started = time.monotonic()
             job = submit_native(executor.runner, self.argv, task.stdin, executor.env_for(task), self.timeout,
                                 executor.config.max_output_bytes, slot, self.started, on_end=self._ended)

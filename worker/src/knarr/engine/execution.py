@@ -126,7 +126,7 @@ class TaskExecutor:
                 outcome = await self._attempt(task, partition, attempt, offset, granted)
                 granted = False
             if self.recorder is not None:
-                _record_attempt(self.recorder, task, partition, offset, outcome)
+                self.record_attempt(task, partition, offset, outcome)
             if isinstance(outcome, ExecutorResult):
                 return Succeeded(outcome), attempt
             error = outcome
@@ -195,11 +195,7 @@ class TaskExecutor:
         held = False if granted else await self.scheduler.acquire(partition, self.priority(task), can_hold=native_run)
         slot = None
         if self.recorder is not None:
-            data = {"slot_wait_ms": round((time.monotonic() - waiting_since) * 1000, 3), "attempt": attempt,
-                    "args": task.args}
-            if held:  # handed to the native runner, which starts it when a running task ends
-                data["held"] = True
-            self.recorder.record("task_started", partition, offset, task.task_id, task.parent_task_id, data=data)
+            self.record_start(task, partition, offset, time.monotonic() - waiting_since, attempt, held)
         try:
             if is_expired(time.time(), task.expires_at):  # expired while waiting for a slot: never run
                 return _expired(task, attempt)
@@ -221,6 +217,19 @@ class TaskExecutor:
             self.spawned(proc)
         return self.outcome_of(task, attempt, proc)
 
+    def record_start(self, task: ExecutorTask, partition: int, offset: int | None, waited: float, attempt: int,
+                     held: bool) -> None:
+        """The flight recorder's task_started: after ``waited`` seconds for a slot, or (``held``) a held place."""
+        data = {"slot_wait_ms": round(waited * 1000, 3), "attempt": attempt, "args": task.args}
+        if held:  # handed to the native runner, which starts it when a running task ends
+            data["held"] = True
+        self.recorder.record("task_started", partition, offset, task.task_id, task.parent_task_id, data=data)
+
+    def record_attempt(self, task: ExecutorTask, partition: int, offset: int | None,
+                       outcome: ExecutorResult | ExecutorError) -> None:
+        """The flight recorder's end of an attempt (task_finished or task_failed)."""
+        _record_attempt(self.recorder, task, partition, offset, outcome)
+
     def priority(self, task: ExecutorTask) -> tuple:
         """The task's place in the slot order: task_priority's answer, or the default."""
         if not self._prioritizes:
@@ -231,10 +240,10 @@ class TaskExecutor:
     def direct_command(self, task: ExecutorTask) -> tuple[str, ...] | None:
         """The persistent program a first attempt may run in through direct.py's path, or None when the
         task needs what only this coroutine path does: a precomputed result, a delay, an expiry, spawn
-        mode, a missing program, or the flight recorder's events."""
+        mode, or a missing program."""
         command = program_command(task, self.config)  # (None at once in spawn mode)
-        if (not command or self.recorder is not None or task.precomputed is not None or task.delay_seconds
-                or task.not_before or task.expires_at is not None):
+        if (not command or task.precomputed is not None or task.delay_seconds or task.not_before
+                or task.expires_at is not None):
             return None
         return command
 
@@ -243,8 +252,8 @@ class TaskExecutor:
         this loop), or None when the task needs the coroutine path: as for ``direct_command``, and a
         persistent program's task, a missing binary, or no native runner."""
         runner = self._runner
-        if (runner is None or self.recorder is not None or task.precomputed is not None or task.delay_seconds
-                or task.not_before or task.expires_at is not None or program_command(task, self.config) is not None):
+        if (runner is None or task.precomputed is not None or task.delay_seconds or task.not_before
+                or task.expires_at is not None or program_command(task, self.config) is not None):
             return None
         binary = task.binary_path or self.config.binary_path
         if not binary or not runner.claim(asyncio.get_running_loop()):
