@@ -114,6 +114,7 @@ class _Direct:
     def __init__(self, path: DirectPath, run: Run) -> None:
         self.path, self.run = path, run
         self.waiting = self.cancelled = False
+        self.timeout = run.task.timeout_seconds or path.executor.config.task_timeout_seconds
 
     @property
     def running(self) -> bool:
@@ -267,7 +268,6 @@ class _InProgram(_Direct):
 
     def begin(self) -> bool:
         executor, task = self.path.processor.executor, self.run.task
-        self.timeout = task.timeout_seconds or executor.config.task_timeout_seconds
         request = executor.programs.request(self.command, task, self.timeout, time.monotonic())
         if isinstance(request, ProcessOutcome):  # no frame carries this task: the attempt says why
             return False
@@ -336,9 +336,8 @@ class _Spawned(_Direct):
         return self.job is not None
 
     def begin(self) -> bool:
-        executor, task = self.path.processor.executor, self.run.task
-        self.timeout = task.timeout_seconds or executor.config.task_timeout_seconds
-        self._queue(executor.priority(task), executor.holds)
+        executor = self.path.processor.executor
+        self._queue(executor.priority(self.run.task), executor.holds)
         return True
 
     def _granted(self, held: bool) -> None:
