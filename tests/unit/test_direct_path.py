@@ -235,13 +235,14 @@ async def test_a_stop_takes_back_every_slot_and_kills_the_tasks_mid_run(rig_of):
     rig = rig_of(slots=2)
     await rig.warm()
     programs = set(rig.executor.programs._live)
+    others = _processes()  # the session's own (services a fixture started, say), left alone
     # two run (spawned: each with a background sleep in its group), two wait in the runner's held
     # queue (spawned), the rest wait for a slot
     rig.send(*("spawn=30 sleep=30" for _ in range(6)))
     expected_held = 2 if rig.mode == "spawned" else 0
     while len(rig.processor._direct.tasks) < 6 or rig.scheduler.free or rig.scheduler.held < expected_held:
         await asyncio.sleep(0.01)
-    running = _task_processes(rig)
+    running = _task_processes(rig, others)
     unhandled: list[dict] = []
     asyncio.get_running_loop().set_exception_handler(lambda loop, context: unhandled.append(context))
     await asyncio.wait_for(rig.processor.stop(), 10)
@@ -261,19 +262,26 @@ async def test_a_stop_takes_back_every_slot_and_kills_the_tasks_mid_run(rig_of):
     assert unhandled == []
 
 
-def _task_processes(rig: Rig) -> list[int]:
-    """The processes running the rig's tasks (spawned mode: the behave scripts and the sleeps they
-    started in their groups; persistent mode: none beyond the programs, which the test watches)."""
-    if rig.mode != "spawned":
-        return []
-    stats = {}
+def _processes() -> dict[int, tuple[int, int]]:
+    """Every process's parent and process group, by pid."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            stats[int(entry.name)] = (int(fields[1]), int(fields[2]))  # parent, process group
+            found[int(entry.name)] = (int(fields[1]), int(fields[2]))
+    return found
+
+
+def _task_processes(rig: Rig, others: dict[int, tuple[int, int]]) -> list[int]:
+    """The processes running the rig's tasks, none of ``others`` (spawned mode: the behave scripts and
+    the sleeps they started in their groups; persistent mode: none beyond the programs, which the test
+    watches)."""
+    if rig.mode != "spawned":
+        return []
+    stats = {pid: ids for pid, ids in _processes().items() if pid not in others}
     leaders = {pid for pid, (parent, _) in stats.items() if parent == os.getpid()}
     found = [pid for pid, (_, group) in stats.items() if pid in leaders or group in leaders]
     assert len(found) >= 4, f"the two running tasks and their background sleeps were not all found: {found}"
