@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,9 +35,23 @@ KNARR = Path(sys.executable).parent / "knarr"  # the console script of this envi
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now for a worker to listen on, below the kernel's ephemeral range.
+
+    A port the kernel hands out for binding port 0 comes from the ephemeral range, and any
+    outbound connection (a Kafka client's, say) may take it as its local port before the worker
+    binds it: a crash-test cycle's worker once found its probes port taken that way. Outbound
+    connections never take a port below that range.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 16384), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue  # someone listens there: another
+        return port
+    raise AssertionError(f"no free port found below {low} in 200 tries")
 
 
 def status_kb(pid: int, field: str) -> int | None:
