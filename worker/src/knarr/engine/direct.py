@@ -23,10 +23,9 @@ as every other task (processor.py, execution.py), from where it is:
 What needs more from the start takes the asyncio task from the start (``TaskExecutor.direct_command``
 and ``direct_spawn``): the spawner thread (no native runner), a precomputed result, a delay or an
 expiry, a missing binary or program. The flight recorder's task events are recorded on either path
-alike. ``stop``
-gives up what is on this path as cancelling the asyncio tasks gives up the rest: a waiting task
-leaves the queue, a program mid-task is killed and its slot freed, a spawned or held task is
-killed (or dropped from the runner's queue) and reaped.
+alike. ``stop`` gives up what is on this path as cancelling the asyncio tasks gives up the rest: a
+waiting task leaves the queue, a program mid-task is killed and its slot freed, a spawned or held
+task is killed (or dropped from the runner's queue) and reaped.
 """
 
 from __future__ import annotations
