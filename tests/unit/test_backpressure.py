@@ -1,11 +1,18 @@
 """Flow control: the worker holds at the high watermark, isolates partitions flooded by fan-out, and
-ends a hold early when the pool would otherwise stand idle."""
+ends a hold early when the pool would otherwise stand idle; while it holds, it looks whether the hold
+is over once per round of the event loop."""
+
+import asyncio
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from knarr.engine.backpressure import Flow, decide_flow, held_load
 from knarr.engine.scheduling import SlotScheduler
+from knarr.engine.worker import Worker
+from knarr.sources.memory import MemorySource
+
+from tests.worker.harness import BEHAVE, local_config
 
 HIGH, LOW, BATCH = 128, 16, 100
 FLOODED = HIGH + BATCH
@@ -113,3 +120,42 @@ class Waiter:
 
     def set_result(self, held: bool) -> None:
         self.held = held
+
+
+class _Partition:
+    """A partition processor as the worker's flow control sees one: its load, and messages queued."""
+
+    def __init__(self, load: int) -> None:
+        self.load, self.queued = load, 0
+
+
+async def test_tasks_ending_in_one_round_of_the_loop_check_the_hold_once_after_it(tmp_path):
+    worker = Worker(local_config(tmp_path, binary_path=BEHAVE), object(), source=MemorySource([]))
+    cfg = worker.config.executor
+    worker.scheduler = SlotScheduler(2)
+    worker.processors = {0: _Partition(cfg.backpressure_high), 1: _Partition(cfg.backpressure_high)}
+    worker._flow = Flow(hold=True)
+    reads = 0
+    loads = worker._loads
+
+    def counted():
+        nonlocal reads
+        reads += 1
+        return loads()
+
+    worker._loads = counted
+    for _ in range(5):  # five tasks end in one round, the load still above the low watermark
+        worker._on_progress()
+    assert reads == 0 and not worker._progress.is_set()  # nothing read while the round goes on
+    await asyncio.sleep(0)
+    assert reads == 1 and not worker._progress.is_set()  # one check after it: the hold goes on
+
+    for processor in worker.processors.values():  # drained to the low watermark this round
+        processor.load = cfg.backpressure_low // 2
+    worker._on_progress()
+    worker._on_progress()
+    await asyncio.sleep(0)
+    assert reads == 2 and worker._progress.is_set()  # the held poll loop is woken
+    worker._on_progress()
+    await asyncio.sleep(0)
+    assert reads == 2  # already woken: nothing more to check until the poll loop holds again

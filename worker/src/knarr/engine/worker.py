@@ -67,6 +67,7 @@ class Worker:
         self._held_since: float | None = None
         self._client_paused: set[int] = set()
         self._progress = asyncio.Event()  # a task or message finished while the worker holds
+        self._progress_due = False  # a check whether the hold is over is scheduled (_on_progress)
         self._fatal: BaseException | None = None
         self._stop = asyncio.Event()
         self._ready = False
@@ -372,8 +373,16 @@ class Worker:
         return None
 
     def _on_progress(self) -> None:
-        """Called as work finishes (by processors, and by the scheduler when a slot stays free): wake
-        the held poll loop once the hold is over."""
+        """Called as work finishes (by processors, and by the scheduler when a slot stays free): while
+        the worker holds, see whether the hold is over once the loop's current round is done, not once
+        per finished task (a round often finishes several; the check reads every partition's load)."""
+        if self._flow.hold and not self._progress_due and not self._progress.is_set():
+            self._progress_due = True
+            asyncio.get_running_loop().call_soon(self._check_progress)
+
+    def _check_progress(self) -> None:
+        """Wake the held poll loop if the hold is over."""
+        self._progress_due = False
         if self._flow.hold and not self._progress.is_set():
             cfg = self.config.executor
             if hold_ends(held_load(self._loads(), self._flow), cfg.backpressure_high, cfg.backpressure_low,
