@@ -1,10 +1,13 @@
 """The Kafka sink's producer on the real broker: every delivery report reaches its future, served
-on the way while records are produced, and by a timer of its own only when none are."""
+on the way while records are produced, and by a timer of its own only when none are; the records
+asked for in one round of the event loop go to librdkafka together, after it."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+from confluent_kafka import KafkaError, KafkaException
 from knarr.sinks import producer as producing
 from knarr.sinks.producer import AsyncProducer
 
@@ -58,3 +61,49 @@ async def test_while_records_flow_their_reports_are_served_on_the_way_not_by_tim
     # A timer at the on-the-way interval would fire about elapsed / REPORT_POLL_SECONDS times (250+).
     assert timer_polls <= elapsed / producing.REPORT_WAIT_SECONDS + 5, (timer_polls, elapsed)
     assert len(consume_all(kafka_bootstrap, topic, 1001)) == 1001
+
+
+async def test_records_asked_for_in_one_round_go_to_librdkafka_after_it_together(kafka_bootstrap):
+    topic = unique_name("producer-round")
+    create_topic(kafka_bootstrap, topic)
+    producer = _connected(kafka_bootstrap)
+    try:
+        await asyncio.wait_for(producer.produce(topic, b"warm"), 10)
+        futures = [producer.produce_all(topic, [(b"a%d" % i, None, None), (b"b%d" % i, None, None)]) for i in range(3)]
+        assert len(producer._producer) == 0  # nothing handed over while the round that asked goes on
+        await asyncio.sleep(0)
+        assert len(producer._producer) == 6  # all of it, one record after another, right after
+        await asyncio.wait_for(asyncio.gather(*futures), 10)
+    finally:
+        assert producer.close() == 0
+    values = [m.value for m in consume_all(kafka_bootstrap, topic, 7)]
+    assert values[0] == b"warm" and sorted(values[1:]) == sorted(b"%s%d" % (s, i) for s in (b"a", b"b") for i in range(3))
+
+
+async def test_a_record_librdkafka_refuses_at_once_fails_its_own_future_only(kafka_bootstrap):
+    topic = unique_name("producer-refused")
+    create_topic(kafka_bootstrap, topic)
+    producer = AsyncProducer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 2000})
+    producer.connect()
+    try:
+        fine = producer.produce(topic, b"small")
+        refused = producer.produce_all(topic, [(b"x" * 5000, None, None)])  # past message.max.bytes
+        also_fine = producer.produce(topic, b"small too")
+        with pytest.raises(KafkaException) as caught:
+            await asyncio.wait_for(refused, 10)
+        assert caught.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+        await asyncio.wait_for(asyncio.gather(fine, also_fine), 10)
+    finally:
+        assert producer.close() == 0
+    assert sorted(m.value for m in consume_all(kafka_bootstrap, topic, 2)) == [b"small", b"small too"]
+
+
+async def test_closing_produces_and_confirms_what_a_round_asked_for_before_the_close(kafka_bootstrap):
+    topic = unique_name("producer-close")
+    create_topic(kafka_bootstrap, topic)
+    producer = _connected(kafka_bootstrap)
+    await asyncio.wait_for(producer.produce(topic, b"warm"), 10)
+    last = producer.produce(topic, b"last")
+    assert producer.close() == 0  # in the same round, before librdkafka had the record
+    await asyncio.wait_for(last, 5)
+    assert [m.value for m in consume_all(kafka_bootstrap, topic, 2)] == [b"warm", b"last"]
