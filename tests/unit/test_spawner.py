@@ -1,4 +1,5 @@
-"""Task processes are started by the spawner thread, never by the event loop; its failures stay contained."""
+"""Task processes are started by the spawner thread, never by the event loop; its failures stay contained.
+Arguments are encoded as exec takes them, one at a time or joined at once alike."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import asyncio
 import os
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from knarr.engine import native, spawner
 from knarr.engine.processes import run_process
 
@@ -310,3 +314,30 @@ async def test_a_task_starts_with_sigpipe_and_sigxfsz_at_their_defaults_as_subpr
     assert not _ignored_signals(status.stdout) & {13, 25}  # SIGPIPE, SIGXFSZ
     piped = await run_process(["sh", "-c", "yes | head -1"], stdin=None, env=None, timeout=10, runner=runner)
     assert (piped.exit_code, piped.stdout, piped.stderr) == (0, "y\n", "")
+
+
+# --- argv in one block, as the native runner takes it ----------------------------------------------
+@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\0")), min_size=1, max_size=6))
+def test_argv_joined_at_once_is_what_encoding_each_argument_gives(argv):
+    try:
+        expected = b"\0".join(os.fsencode(a) for a in argv)
+    except UnicodeEncodeError:  # a lone surrogate surrogateescape cannot give back: refused alike
+        with pytest.raises(UnicodeEncodeError):
+            spawner.exec_block(argv)
+        return
+    assert spawner.exec_block(argv) == expected
+
+
+def test_argv_with_bytes_or_paths_is_encoded_argument_by_argument():
+    assert spawner.exec_block(["tool", b"raw", Path("/tmp/x"), "caf\udce9"]) == b"tool\0raw\0/tmp/x\0caf\xe9"
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["tool", "grep\0pattern"], ValueError),
+    (["tool", b"a\0b"], ValueError),
+    (["tool", 3], TypeError),
+    ([], ValueError),
+])
+def test_argv_exec_cannot_take_raises_as_posix_spawn_would(argv, error):
+    with pytest.raises(error):
+        spawner.exec_block(argv)

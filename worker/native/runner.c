@@ -69,7 +69,7 @@
 
 extern char **environ;
 
-#define KR_ABI 7 /* bump when a signature or kr_event_t changes: native.py checks it */
+#define KR_ABI 8 /* bump when a signature or kr_event_t changes: native.py checks it */
 #define HOLD_WAKE_MS 3 /* the longest the thread holds back the loop's wake-up while it has held tasks to start */
 #define FRESH_PAIRS 8    /* stdout/stderr memfd pairs the thread keeps made, ready for the next tasks */
 
@@ -117,6 +117,7 @@ typedef struct job {
     pid_t pid;
     int pidfd;
     struct job *next, *prev;
+    char *args[]; /* argv's pointers, into the block kr_submit was given, NULL-terminated */
 } job_t;
 
 typedef struct {
@@ -632,20 +633,27 @@ fail:;
 /* The eventfd that becomes readable when events are waiting. */
 int kr_done_fd(runner_t *r) { return r->done_fd; }
 
-/* Queue a task. path, argv, envp and input (its stdin data, input_len bytes; NULL: /dev/null)
+/* Queue a task. argv is argc strings one after another, each ended by its NUL (the path to
+ * run first). argv, envp and input (its stdin data, input_len bytes; NULL: /dev/null)
  * must stay valid until its event arrives or kr_kill has returned for it. The task is killed if
  * it still runs timeout_ns after its start (0: never), and cap bytes of each of its streams are
  * kept. hold = 0: the task has a slot and starts at once; hold
  * = 1: it waits in the held queue until a task of the same owner ends and passes it its slot (or
  * kr_pass gives it one), and is dropped unstarted (-ETIME) if by then CLOCK_REALTIME has passed
- * expires_ns (0: never). Returns 0, or -ENOMEM. */
-int kr_submit(runner_t *r, int64_t id, const char *path, char *const *argv, char *const *envp, const char *input,
+ * expires_ns (0: never). Returns 0, -EINVAL (argc < 1) or -ENOMEM. */
+int kr_submit(runner_t *r, int64_t id, const char *argv, int argc, char *const *envp, const char *input,
               int64_t input_len, int64_t timeout_ns, int64_t cap, int hold, int64_t expires_ns, int owner) {
-    job_t *job = calloc(1, sizeof *job);
+    if (argc < 1) return -EINVAL;
+    job_t *job = calloc(1, sizeof *job + ((size_t)argc + 1) * sizeof(char *));
     if (!job) return -ENOMEM;
-    *job = (job_t){.id = id, .path = path, .argv = argv, .envp = envp, .input = input, .input_len = input_len,
+    *job = (job_t){.id = id, .path = argv, .argv = job->args, .envp = envp, .input = input, .input_len = input_len,
                    .in = -1, .out = {-1, -1},
                    .timeout_ns = timeout_ns, .cap = cap > 0 ? cap : 0, .expires_ns = expires_ns, .owner = owner};
+    for (int i = 0; i < argc; i++) {
+        job->args[i] = (char *)argv;
+        argv += strlen(argv) + 1;
+    }
+    job->args[argc] = NULL;
     pthread_mutex_lock(&r->queue);
     if (hold) push(&r->held_head, &r->held_tail, job);
     else push(&r->queued_head, &r->queued_tail, job);

@@ -36,11 +36,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from knarr.engine.capture import FAST_GROWTH_BYTES, FIRST_CHECK_SECONDS, LAST_CHECK_SECONDS, decode_head
-from knarr.engine.spawner import RESET_SIGNALS, EnvCache, c_strings, exec_arg
+from knarr.engine.spawner import RESET_SIGNALS, EnvCache, exec_block
 from knarr.errors import ConfigError
 from knarr.observability.logging import get_logger
 
-ABI = 7  # runner.c's KR_ABI
+ABI = 8  # runner.c's KR_ABI
 FRESH_PAIRS = 8  # runner.c's: stdout/stderr memfd pairs its thread keeps made ahead
 LIBRARY = "_knarr_runner"  # site-packages/_knarr_runner.so, put there by the wheel
 _BATCH = 256
@@ -107,7 +107,7 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
                                ctypes.c_int64]
     waiting.kr_kill.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double]
     quick.kr_done_fd.argtypes = [ctypes.c_void_p]
-    quick.kr_submit.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
+    quick.kr_submit.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p,
                                 ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
                                 ctypes.c_int64, ctypes.c_int]
     quick.kr_pass.argtypes = [ctypes.c_void_p, ctypes.c_int]
@@ -129,7 +129,7 @@ class NativeJob:
 
     id: int
     ended: asyncio.Future | None
-    keep: tuple  # what the runner reads until the task has started: path, argv and envp arrays, stdin data
+    keep: tuple  # what the runner reads until the task has started: argv, the envp array, stdin data
     on_slot: Callable[[int], None] | None
     on_end: Callable[[Ended], None] | None = None
     loop: asyncio.AbstractEventLoop | None = None
@@ -180,14 +180,13 @@ class NativeRunner:
         task's ``Ended`` as the loop takes the runner's events (no future: ``ended`` is None); it must
         not raise, and a ``kill`` after its call is too late to matter.
         """
-        encoded = [exec_arg(a) for a in argv]
-        args = c_strings(encoded)
+        block = exec_block(argv)
         envp = None if env is None else self._env.encoded(env)
         loop = self._loop
-        job = NativeJob(next(self._ids), None if on_end else loop.create_future(), (encoded, args, envp, stdin),
+        job = NativeJob(next(self._ids), None if on_end else loop.create_future(), (block, envp, stdin),
                         on_slot, on_end, loop)
         expires_ns = int(expires_at * 1e9) if hold and expires_at is not None else 0
-        code = self._lib.kr_submit(self._handle, job.id, encoded[0], args, envp, stdin, len(stdin or b""),
+        code = self._lib.kr_submit(self._handle, job.id, block, len(argv), envp, stdin, len(stdin or b""),
                                    int(timeout * 1e9), cap, hold, expires_ns, owner)
         if code:
             raise OSError(-code, os.strerror(-code))
