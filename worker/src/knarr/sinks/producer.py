@@ -39,7 +39,7 @@ class AsyncProducer:
         self._producer: Producer | None = None
         self._polling: asyncio.AbstractEventLoop | None = None  # the loop a report poll is scheduled on
         self._polled_at = 0.0  # when the reports were last served (the loop's clock)
-        self._reports: deque[tuple[_Batch, KafkaError | None]] = deque()  # appended by delivery callbacks
+        self._reports: deque[tuple[_Batch, KafkaError | Exception | None]] = deque()  # delivery callbacks append (close(): refusals too)
         self._pending: list[tuple[str, list[Record], _Batch]] = []  # taken by produce_all(), produced after the round
 
     def connect(self, check_timeout: float = 10.0) -> None:
@@ -81,7 +81,7 @@ class AsyncProducer:
         producer.poll(0)
         _settle(self._take_reports())
 
-    def _take_reports(self) -> list[tuple[_Batch, KafkaError | None]]:
+    def _take_reports(self) -> list[tuple[_Batch, KafkaError | Exception | None]]:
         reports = []
         while True:
             try:
@@ -91,7 +91,7 @@ class AsyncProducer:
 
     def _hand_over(self) -> None:
         """Pass reports served off the loop (by close()'s flush, in a worker thread) to their loops."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Batch, KafkaError | None]]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Batch, KafkaError | Exception | None]]] = {}
         for report in self._take_reports():
             by_loop.setdefault(report[0].future.get_loop(), []).append(report)
         for loop, reports in by_loop.items():
@@ -124,8 +124,7 @@ class AsyncProducer:
     def _produce_pending(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the loop, after the round that asked: produce what produce_all() took, then serve reports."""
         producer = self._producer
-        for batch, exc in self._produce_now(self._take_pending()):
-            batch.fail(exc)
+        _settle(self._produce_now(self._take_pending()))
         if producer is None:
             return  # closed meanwhile (close() produced what was pending)
         now = loop.time()
@@ -138,8 +137,8 @@ class AsyncProducer:
         return pending
 
     def _produce_now(self, pending: list[tuple[str, list[Record], _Batch]]) -> list[tuple[_Batch, Exception]]:
-        """Produce the records; returns the batches librdkafka refused a record of at once (a record too
-        large, say), with why."""
+        """Produce the records; returns, as reports, the batches librdkafka refused a record of at once
+        (a record too large, say), with why."""
         refused = []
         for topic, records, batch in pending:
             try:
@@ -166,12 +165,8 @@ class AsyncProducer:
         refused = self._produce_now(self._take_pending())  # what a round asked for before the close
         producer, self._producer = self._producer, None
         remaining = close_producer(producer, timeout)
+        self._reports.extend(refused)
         self._hand_over()
-        for batch, exc in refused:
-            try:
-                batch.future.get_loop().call_soon_threadsafe(batch.fail, exc)
-            except RuntimeError:
-                pass  # the loop is closed: nobody is waiting any more
         return remaining
 
 
@@ -189,23 +184,19 @@ class _Batch:
         """librdkafka's delivery callback, on whichever thread serves it: queue the report for the loop."""
         self._reports.append((self, err))
 
-    def fail(self, exc: BaseException) -> None:
-        """What librdkafka refused at once fails the batch, unless a report already has."""
-        if not self.future.done():
-            self.future.set_exception(exc)
-
-    def settle(self, err: KafkaError | None) -> None:
-        """On the event loop: count one delivery; the first error fails the whole batch."""
+    def settle(self, err: KafkaError | Exception | None) -> None:
+        """On the event loop: count one delivery; the first error (a delivery's, or what librdkafka
+        refused at once) fails the whole batch."""
         if self.future.done():
             return
         if err is not None:
-            self.future.set_exception(KafkaException(err))
+            self.future.set_exception(err if isinstance(err, Exception) else KafkaException(err))
             return
         self.remaining -= 1
         if self.remaining == 0:
             self.future.set_result(None)
 
 
-def _settle(reports: list[tuple[_Batch, KafkaError | None]]) -> None:
+def _settle(reports: list[tuple[_Batch, KafkaError | Exception | None]]) -> None:
     for batch, err in reports:
         batch.settle(err)
