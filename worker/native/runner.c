@@ -96,8 +96,6 @@ typedef struct {
 
 typedef struct job {
     int64_t id;
-    const char *path;
-    char *const *argv;
     char *const *envp; /* NULL: the worker's own environment */
     const char *input; /* stdin data (input_len bytes, NULL: /dev/null), written into `in` at the start */
     int64_t input_len;
@@ -117,7 +115,7 @@ typedef struct job {
     pid_t pid;
     int pidfd;
     struct job *next, *prev;
-    char *args[]; /* argv's pointers, into the block kr_submit was given, NULL-terminated */
+    char *args[]; /* argv: pointers into the block kr_submit was given (the path to run first), NULL-terminated */
 } job_t;
 
 typedef struct {
@@ -275,7 +273,7 @@ static int child(void *arg) {
     if (setsid() < 0 || (job->in >= 0 ? place(job->in, 0) : open_at(0, DEV_NULL)) < 0 || place(job->out[0], 1) < 0 ||
         place(job->out[1], 2) < 0 || sigprocmask(SIG_SETMASK, &none, NULL) < 0)
         goto failed;
-    exec_found(job->path, job->argv, job->envp ? job->envp : environ, s->search);
+    exec_found(job->args[0], job->args, job->envp ? job->envp : environ, s->search);
 failed:
     s->error = errno ? errno : ENOEXEC;
     _exit(127);
@@ -286,7 +284,7 @@ failed:
 static int spawn(runner_t *r, job_t *job, pid_t *pid_out) {
     start_t start = {.job = job, .r = r, .search = NULL, .error = 0};
     *pid_out = 0;
-    if (!strchr(job->path, '/')) {
+    if (!strchr(job->args[0], '/')) {
         start.search = getenv("PATH");
         if (!start.search) start.search = "/bin:/usr/bin";
     }
@@ -646,7 +644,7 @@ int kr_submit(runner_t *r, int64_t id, const char *argv, int argc, char *const *
     if (argc < 1) return -EINVAL;
     job_t *job = calloc(1, sizeof *job + ((size_t)argc + 1) * sizeof(char *));
     if (!job) return -ENOMEM;
-    *job = (job_t){.id = id, .path = argv, .argv = job->args, .envp = envp, .input = input, .input_len = input_len,
+    *job = (job_t){.id = id, .envp = envp, .input = input, .input_len = input_len,
                    .in = -1, .out = {-1, -1},
                    .timeout_ns = timeout_ns, .cap = cap > 0 ? cap : 0, .expires_ns = expires_ns, .owner = owner};
     for (int i = 0; i < argc; i++) {
