@@ -14,7 +14,8 @@ import knarr
 import pytest
 from knarr.config.models import ExecutorConfig
 from knarr.engine import native
-from knarr.engine.execution import TaskExecutor
+from knarr.engine import execution
+from knarr.engine.execution import HOLD_BUDGET_SECONDS, TaskExecutor, wake_up
 from knarr.engine.ledger import Failed, Succeeded
 from knarr.engine.scheduling import SlotScheduler
 from knarr.engine.worker import Worker
@@ -98,8 +99,8 @@ async def test_a_grant_the_runner_never_got_is_given_back_as_it_was_granted():
     assert (scheduler.free, scheduler.held, dict(scheduler.active)) == (1, 0, {})
 
 
-def test_spawn_ahead_defaults_to_twice_max_executors_and_zero_turns_it_off():
-    assert ExecutorConfig(max_executors=3).held_tasks == 6
+def test_spawn_ahead_defaults_to_sixteen_per_slot_and_zero_turns_it_off():
+    assert ExecutorConfig(max_executors=3).held_tasks == 48  # at most: the tasks' duration decides (below)
     assert ExecutorConfig(max_executors=3, spawn_ahead=0).held_tasks == 0
     with pytest.raises(ValueError, match="spawn_ahead"):
         ExecutorConfig(spawn_ahead=-1)
@@ -261,3 +262,103 @@ async def test_two_pools_sharing_the_runner_never_pass_each_other_a_slot():
         assert max(sum(1 for b, e in spans if b <= at < e) for at, _ in spans) == 1, "a pool ran two at once"
     assert await _settled(slow_pool) == (1, 0)
     assert await _settled(quick_pool) == (1, 0)
+
+
+# --- how soon the loop hears of ended tasks while others are held -------------------------------
+def test_the_loop_is_woken_once_all_but_two_tasks_per_slot_of_the_held_ones_could_have_started():
+    assert wake_up(64, 4) == (56, HOLD_BUDGET_SECONDS)
+    assert wake_up(8, 4) == (6, HOLD_BUDGET_SECONDS)  # never fewer than 1.5 per slot
+    assert wake_up(0, 1) == (1, HOLD_BUDGET_SECONDS)
+
+
+@pytest.fixture
+async def runner():
+    """The process's native runner on this test's loop; its wake-up batch is put back afterwards."""
+    runner = native.runner()
+    assert runner.claim(asyncio.get_running_loop())
+    yield runner
+    runner.set_batch(1, 0.0)
+
+
+class Heard:
+    """When the loop heard of each ended task, and the runner's event for it."""
+
+    def __init__(self) -> None:
+        self.at: dict[int, float] = {}
+        self.end: dict[int, native.Ended] = {}
+
+    def submit(self, runner: native.NativeRunner, owner: int, n: int, script: str, hold: bool) -> None:
+        def on_end(end: native.Ended) -> None:
+            self.at[n], self.end[n] = time.monotonic(), end
+
+        runner.submit(["sh", "-c", script], None, None, 30, 4096, hold=hold, owner=owner, on_end=on_end)
+
+    def ended(self, n: int) -> float:
+        return self.end[n].ended_ns / 1e9
+
+    async def all(self, count: int) -> None:
+        for _ in range(500):
+            if len(self.at) == count:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"heard of {sorted(self.at)} of {count} tasks")
+
+
+async def test_while_tasks_are_held_the_loop_hears_of_ended_ones_a_batch_at_a_time(runner):
+    runner.set_batch(3, 30.0)  # three ended tasks, however long they take
+    owner, heard = runner.new_owner(), Heard()
+    heard.submit(runner, owner, 0, "sleep 0.2", hold=False)  # the one slot
+    for n in range(1, 6):
+        heard.submit(runner, owner, n, "true", hold=True)  # each starts as the one before ends
+    await heard.all(6)
+    assert all(end.status == 0 for end in heard.end.values())
+    assert heard.at[0] >= heard.ended(2), "the loop heard of the first task before the batch of three had ended"
+    assert heard.at[2] - heard.ended(2) < 1.0, "the batch was complete, yet the loop was not woken"
+    assert heard.at[5] - heard.ended(5) < 1.0, "with nothing held any more, the loop must hear at once"
+
+
+async def test_while_tasks_are_held_the_loop_hears_of_an_ended_one_no_later_than_the_bound(runner):
+    runner.set_batch(100, 0.3)
+    owner, heard = runner.new_owner(), Heard()
+    heard.submit(runner, owner, 0, "true", hold=False)
+    for n in range(1, 4):
+        heard.submit(runner, owner, n, "sleep 0.8", hold=True)
+    await heard.all(4)
+    late = heard.at[0] - heard.ended(0)
+    assert 0.25 <= late < 0.75, f"heard of the first task {late:.2f} s after it ended (bound 0.3 s)"
+    assert heard.at[0] < heard.ended(1), "the loop waited for the next task's end"
+
+
+async def test_a_held_tasks_duration_is_its_run_not_how_late_the_loop_heard_of_its_end(monkeypatch):
+    monkeypatch.setattr(execution, "HOLD_BUDGET_SECONDS", 0.4)  # the loop hears of an ended task 0.4 s late
+    executor, scheduler = _executor(1, 6)
+    try:
+        started = time.monotonic()
+        quick = asyncio.ensure_future(executor.run(_task("true"), 0))
+        slow = [asyncio.ensure_future(executor.run(_task("sleep 0.5"), 0)) for _ in range(3)]
+        outcome, _ = await quick
+        assert time.monotonic() - started >= 0.35, "the loop heard at once: this test shows nothing"
+        assert isinstance(outcome, Succeeded) and outcome.result.duration_seconds < 0.2, outcome
+        for done in await asyncio.gather(*slow):
+            assert 0.45 <= done[0].result.duration_seconds < 0.8
+        assert await _settled(scheduler) == (1, 0)
+    finally:
+        native.runner().set_batch(1, 0.0)
+
+
+async def test_the_wake_up_batch_follows_the_held_places_as_the_tasks_durations_decide_them(monkeypatch):
+    batches: list[tuple[int, float]] = []
+    real = native.NativeRunner.set_batch
+    monkeypatch.setattr(native.NativeRunner, "set_batch",
+                        lambda self, batch, hold: (batches.append((batch, hold)), real(self, batch, hold)))
+    scheduler = SlotScheduler(2, held=32)
+    executor = TaskExecutor(knarr.BaseHandler(), scheduler, ExecutorConfig(binary_path="/bin/sh", max_executors=2))
+    try:
+        assert batches == [wake_up(0, 2)]  # nothing held until a task's duration is known
+        for _ in range(5):
+            await asyncio.gather(*(executor.run(_task("true"), 0) for _ in range(8)))
+        assert scheduler.held_max > 0
+        assert batches[-1] == wake_up(scheduler.held_max, 2) == (max(3, scheduler.held_max - 4), HOLD_BUDGET_SECONDS)
+        assert await _settled(scheduler) == (2, 0)
+    finally:
+        native.runner().set_batch(1, 0.0)

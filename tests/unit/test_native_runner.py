@@ -212,3 +212,29 @@ def _voluntary_switches() -> int:
         if line.startswith("voluntary_ctxt_switches:"):
             return int(line.split()[1])
     raise AssertionError("no voluntary_ctxt_switches in /proc/thread-self/status")
+
+
+async def test_the_loop_takes_a_long_run_of_ended_tasks_a_chunk_at_a_time():
+    """However many tasks ended while the loop was away, one round of it takes COLLECT_CHUNK of them at
+    most: its timers and other callbacks run between the chunks, not after the whole run."""
+    runner = native.runner()
+    loop = asyncio.get_running_loop()
+    assert runner.claim(loop)
+    rounds, heard = [0], []
+
+    def tick() -> None:  # once per round of the loop
+        rounds[0] += 1
+        if len(heard) < 60:
+            loop.call_soon(tick)
+
+    for _ in range(60):
+        runner.submit(["true"], None, None, 10, 4096, on_end=lambda end: heard.append((rounds[0], end.status)))
+    time.sleep(1.0)  # the loop away while the 60 tasks end
+    tick()
+    for _ in range(500):
+        if len(heard) == 60:
+            break
+        await asyncio.sleep(0.01)
+    assert [status for _, status in heard] == [0] * 60
+    per_round = [sum(1 for at, _ in heard if at == r) for r in sorted({at for at, _ in heard})]
+    assert max(per_round) <= native.COLLECT_CHUNK < 60, per_round

@@ -32,10 +32,11 @@
  * free, a place in the runner's held queue. A task with a slot starts at once; a held one starts
  * when a running task ends and passes it its slot, here on the thread, without a round trip
  * through the loop (or when the loop passes one over, kr_pass). While tasks are held the loop
- * need not hurry for ended ones, so its wake-up waits for `batch` of them, HOLD_WAKE_MS at most.
+ * need not hurry for ended ones, so its wake-up waits for `batch` of them, `hold_ns` at most
+ * (kr_set_batch; 3 ms until it is called).
  *
- * Every submitted task yields exactly one event: {id, pid, status, started_ns, slot, flags, its
- * output}, status being the wait status, or -errno when the spawn failed (-ECANCELED: killed
+ * Every submitted task yields exactly one event: {id, pid, status, started_ns, ended_ns, slot, flags,
+ * its output}, status being the wait status, or -errno when the spawn failed (-ECANCELED: killed
  * before it started; -ETIME: it expired while held), slot what became of its slot (SLOT_*),
  * which the loop's scheduler mirrors, and flags whether its deadline killed it and which
  * stream was cut at the cap.
@@ -69,8 +70,8 @@
 
 extern char **environ;
 
-#define KR_ABI 8 /* bump when a signature or kr_event_t changes: native.py checks it */
-#define HOLD_WAKE_MS 3 /* the longest the thread holds back the loop's wake-up while it has held tasks to start */
+#define KR_ABI 9 /* bump when a signature or kr_event_t changes: native.py checks it */
+#define HOLD_NS_UNSET 3000000 /* the longest the loop's wake-up is held back until kr_set_batch says */
 #define FRESH_PAIRS 8    /* stdout/stderr memfd pairs the thread keeps made, ready for the next tasks */
 
 typedef struct {
@@ -78,6 +79,7 @@ typedef struct {
     int32_t pid;        /* 0 when it never started */
     int32_t status;     /* wait status, or -errno */
     int64_t started_ns; /* CLOCK_MONOTONIC when it was spawned, 0 when it never was */
+    int64_t ended_ns;   /* CLOCK_MONOTONIC when it was reaped (the loop may hear of it later), 0 when it never was */
     int32_t slot;       /* SLOT_FREED, SLOT_PASSED or SLOT_NONE */
     int32_t flags;      /* TIMED_OUT, OUT_CUT, ERR_CUT */
     const char *out, *err; /* the kept heads of stdout and stderr (NULL: empty), valid until the next kr_collect */
@@ -103,7 +105,7 @@ typedef struct job {
     int out[2];        /* stdout, stderr: memfds the runner gives it when it starts (-1 until then) */
     int cancelled;
     int64_t expires_ns; /* held tasks: CLOCK_REALTIME after which they are dropped unstarted (0: never) */
-    int64_t started_ns;
+    int64_t started_ns, ended_ns;
     int owner; /* the pool scheduler that granted its slot (kr_submit) */
     int64_t timeout_ns, cap;      /* from kr_submit: its deadline after its start (0: none), bytes kept per stream */
     int64_t deadline_ns;          /* CLOCK_MONOTONIC; 0: none, or it has passed */
@@ -124,6 +126,7 @@ typedef struct {
     job_t *queued_head, *queued_tail, *running;
     job_t *held_head, *held_tail; /* under `queue`: tasks waiting for a running task's slot */
     int batch;                    /* ended tasks the loop's wake-up may wait for while tasks are held */
+    int64_t hold_ns;              /* the longest it waits for them (the thread reads it without the lock) */
     kr_event_t *events;
     size_t n_events, cap_events;
     int signalled;
@@ -162,15 +165,15 @@ static void post(runner_t *r, job_t *job, pid_t pid, int status, int slot) {
         r->events = grown;
         r->cap_events = cap;
     }
-    r->events[r->n_events++] = (kr_event_t){job->id, (int32_t)pid, status, job->started_ns, slot, job->flags,
-                                            job->head[0], job->head[1], job->head_len[0], job->head_len[1]};
+    r->events[r->n_events++] = (kr_event_t){job->id, (int32_t)pid, status, job->started_ns, job->ended_ns, slot,
+                                            job->flags, job->head[0], job->head[1], job->head_len[0], job->head_len[1]};
     job->head[0] = job->head[1] = NULL;
     pthread_mutex_unlock(&r->queue);
 }
 
 /* Wake the loop for the waiting events; returns 1 when it held the wake-up back instead. While
  * tasks are held, every slot a task frees goes straight to the next one, so the loop need not
- * hurry: it is woken once `batch` events wait (or HOLD_WAKE_MS has passed, or force). */
+ * hurry: it is woken once `batch` events wait (or hold_ns has passed, or force). */
 static int notify(runner_t *r, int force) {
     int held = 0;
     pthread_mutex_lock(&r->queue);
@@ -518,6 +521,7 @@ static void reap(runner_t *r, job_t *job) {
     pthread_mutex_lock(&r->jobs);
     kill(-job->pid, SIGKILL); /* the group's stragglers; the leader is unreaped, so the id is still ours */
     reap_now(job->pid, &status);
+    job->ended_ns = now_ns(CLOCK_MONOTONIC);
     /* Deregister before closing: a child that has not finished its exec yet may hold a copy of
      * the descriptor, and epoll drops an entry only with the file's last descriptor. */
     epoll_ctl(r->epfd, EPOLL_CTL_DEL, job->pidfd, NULL);
@@ -546,8 +550,8 @@ static void *serve(void *arg) {
         pthread_mutex_lock(&r->jobs);
         int64_t due = watch(r, now);
         pthread_mutex_unlock(&r->jobs);
-        if (held_since && (!due || held_since + HOLD_WAKE_MS * 1000000LL < due))
-            due = held_since + HOLD_WAKE_MS * 1000000LL;
+        int64_t hold = __atomic_load_n(&r->hold_ns, __ATOMIC_RELAXED);
+        if (held_since && (!due || held_since + hold < due)) due = held_since + hold;
         int timeout = -1;
         if (due) timeout = due > now ? (int)((due - now + 999999) / 1000000) : 0;
         int n = epoll_wait(r->epfd, events, 64, timeout);
@@ -560,7 +564,7 @@ static void *serve(void *arg) {
                 reap(r, events[i].data.ptr);
             }
         }
-        int overdue = held_since && now_ns(CLOCK_MONOTONIC) - held_since >= HOLD_WAKE_MS * 1000000LL;
+        int overdue = held_since && now_ns(CLOCK_MONOTONIC) - held_since >= hold;
         if (notify(r, overdue)) {
             if (!held_since) held_since = now_ns(CLOCK_MONOTONIC);
         } else {
@@ -590,6 +594,7 @@ runner_t *kr_new(const int *reset, int n, int64_t first_check_ns, int64_t last_c
     r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     r->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     r->batch = 1;
+    r->hold_ns = HOLD_NS_UNSET;
     struct epoll_event wake = {.events = EPOLLIN, .data.ptr = NULL};
     r->stack = mmap(NULL, STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (r->stack == MAP_FAILED) r->stack = NULL;
@@ -675,11 +680,13 @@ int kr_pass(runner_t *r, int owner) {
     return 1;
 }
 
-/* How many ended tasks the loop's wake-up may wait for while tasks are held (1: none). */
-void kr_set_batch(runner_t *r, int batch) {
+/* How many ended tasks the loop's wake-up may wait for while tasks are held (1: none), and for
+ * how long at most (hold_ns; the thread's next wait follows it). */
+void kr_set_batch(runner_t *r, int batch, int64_t hold_ns) {
     pthread_mutex_lock(&r->queue);
     r->batch = batch > 0 ? batch : 1;
     pthread_mutex_unlock(&r->queue);
+    __atomic_store_n(&r->hold_ns, hold_ns > 0 ? hold_ns : 0, __ATOMIC_RELAXED);
 }
 
 /* Move up to max waiting events into out; returns how many. Their output heads stay valid until

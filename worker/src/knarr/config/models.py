@@ -27,6 +27,7 @@ HOUR_MS = 3_600_000
 DAY_SECONDS = 86_400
 MAX_POLL_RECORDS = 100_000  # far above any useful batch: backpressure holds at max_executors x 32 messages
 MAX_EXECUTORS = 1_024  # subprocesses of one worker; each holds 3 pipes, and 1024 is a common open-files limit
+HELD_PER_SLOT = 16  # executor.spawn_ahead unset: held tasks per slot at most (tasks of 1.25 ms or less fill them)
 
 
 class Section(BaseModel):
@@ -129,7 +130,7 @@ class ExecutorConfig(Section):
     max_output_bytes: int = Field(8 * _MIB, ge=1024, le=256 * _MIB, description="Most bytes of stdout and of stderr kept per task (the head); the rest is dropped and the result's stdout_truncated / stderr_truncated say so.")
     persistent: PersistentConfig | None = Field(None, description="Run tasks in long-lived programs instead of one process per task (see the README's Persistent executors and docs/task-protocol.md).")
     spawner: Literal["auto", "native", "thread"] = Field("auto", description="What starts and reaps task processes: the native runner (a C thread built at install time; a sixth less worker CPU per task in spawn mode), the spawner thread (Python), or auto: native when it was built, else the thread, with a warning. Persistent programs are unaffected.")
-    spawn_ahead: int | None = Field(None, ge=0, le=MAX_EXECUTORS * 4, description="Spawn-mode tasks the native runner holds ready beyond the max_executors running, each started by its thread the moment a running task ends (no round trip through the event loop), the loop woken once for several ended tasks. Unset: as many as the running tasks clear in about 20 ms at their recent mean duration, at most 2 x max_executors (with 4 slots, tasks of 10 ms or less fill it and tasks of 100 ms or more are never held), so a later, more urgent task waits about 20 ms at most behind held ones; a number: that many whatever the duration; 0: none. Never more than max_executors run at once; a held task's timeout counts from its start, and one whose expires_at passes while held is dropped as expired. Priorities and partition fairness order tasks as they are handed to the runner, so a later, more urgent task can wait behind the held ones.")
+    spawn_ahead: int | None = Field(None, ge=0, le=MAX_EXECUTORS * HELD_PER_SLOT, description="Spawn-mode tasks the native runner holds ready beyond the max_executors running, each started by its thread the moment a running task ends (no round trip through the event loop), the loop woken once for many ended tasks (while tasks are held, it hears of an ended one 20 ms late at most). Unset: as many as the running tasks clear in about 20 ms at their recent mean duration, at most 16 x max_executors (tasks of 1.25 ms or less fill it; tasks of 100 ms or more are never held), so a later, more urgent task waits about 20 ms at most behind held ones; a number: that many whatever the duration; 0: none. Never more than max_executors run at once; a held task's timeout counts from its start, and one whose expires_at passes while held is dropped as expired. Priorities and partition fairness order tasks as they are handed to the runner, so a later, more urgent task can wait behind the held ones.")
     task_cgroup: bool = Field(True, description="knarr run moves itself into a cgroup v2 of its own where the hierarchy is writable, so every process a task starts (detached or not) dies with the worker.")
 
     @field_validator("env", "env_inherit")
@@ -179,7 +180,7 @@ class ExecutorConfig(Section):
     @property
     def held_tasks(self) -> int:
         """The most tasks the native runner may hold ready (spawn_ahead, or its cap when unset)."""
-        return 2 * self.max_executors if self.spawn_ahead is None else self.spawn_ahead
+        return HELD_PER_SLOT * self.max_executors if self.spawn_ahead is None else self.spawn_ahead
 
     @property
     def backpressure_low(self) -> int:

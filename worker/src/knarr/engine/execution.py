@@ -35,6 +35,7 @@ _DEFAULT_PRIORITY = priority_key(0)
 # executor.spawn_ahead unset: hold no more tasks than the running ones clear in about this long, at
 # their recent mean duration, so a later, more urgent task (or another partition's) waits at most
 # about this long behind held ones. Tasks of a few milliseconds gain from holding; long ones do not.
+# It also bounds how late the loop hears of an ended task while tasks are held (wake_up).
 HOLD_BUDGET_SECONDS = 0.02
 _MEAN_WEIGHT = 0.05  # of each ended task's duration in the running mean
 
@@ -70,7 +71,7 @@ class TaskExecutor:
         if self._holds:
             self._owner = owner = self._runner.new_owner()
             scheduler.pass_slot = lambda: self._runner.pass_slot(owner)
-            self._runner.set_batch(wake_batch(config.max_executors))
+            self._runner.set_batch(*wake_up(scheduler.held_max, config.max_executors))
         self._prioritizes = defines(handler, "task_priority")  # else every task has the default priority
 
     async def close(self) -> None:
@@ -90,8 +91,10 @@ class TaskExecutor:
         mean = self._mean_duration
         mean = duration if mean is None else mean + (duration - mean) * _MEAN_WEIGHT
         self._mean_duration = mean
-        self.scheduler.held_max = min(self._held_cap,
-                                      int(self.config.max_executors * HOLD_BUDGET_SECONDS / max(mean, 1e-4)))
+        held = min(self._held_cap, int(self.config.max_executors * HOLD_BUDGET_SECONDS / max(mean, 1e-4)))
+        if held != self.scheduler.held_max:
+            self.scheduler.held_max = held
+            self._runner.set_batch(*wake_up(held, self.config.max_executors))
 
     def runner_slot(self, partition: int, held: bool, expires_at: float | None) -> RunnerSlot | None:
         """A task's grant as the native runner takes it (its event settles the grant), or None without held places."""
@@ -331,9 +334,16 @@ def _record_attempt(recorder: Any, task: ExecutorTask, partition: int, offset: i
                         "stdout": result.stdout if result is not None else None, "error": outcome.exception})
 
 
-def wake_batch(max_executors: int) -> int:
-    """How many ended tasks the runner lets gather before it wakes the loop, while it has held tasks to start."""
-    return max(1, max_executors + max_executors // 2)
+def wake_up(held: int, max_executors: int) -> tuple[int, float]:
+    """While ``held`` tasks may be held: how many ended tasks the runner lets gather before it wakes the
+    loop, and for how long at most.
+
+    Each wake-up of the loop costs it more than the ended task it brings, so it should bring many: the
+    loop is woken once all but 2 x max_executors of the held tasks could have started (those cover its
+    way back to the runner), after 1.5 x max_executors ended tasks at the least, and HOLD_BUDGET_SECONDS
+    after the first at the latest. Without held tasks the loop is woken at once, whatever this says.
+    """
+    return max(1, max_executors + max_executors // 2, held - 2 * max_executors), HOLD_BUDGET_SECONDS
 
 
 def task_context(task: ExecutorTask) -> dict[str, object]:

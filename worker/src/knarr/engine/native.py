@@ -40,10 +40,12 @@ from knarr.engine.spawner import RESET_SIGNALS, EnvCache, exec_block
 from knarr.errors import ConfigError
 from knarr.observability.logging import get_logger
 
-ABI = 8  # runner.c's KR_ABI
+ABI = 9  # runner.c's KR_ABI
 FRESH_PAIRS = 8  # runner.c's: stdout/stderr memfd pairs its thread keeps made ahead
 LIBRARY = "_knarr_runner"  # site-packages/_knarr_runner.so, put there by the wheel
-_BATCH = 256
+# Most ended tasks the loop takes in one callback: the rest stay signalled on the eventfd and come
+# in the next round of the loop, so a large batch never keeps timers and other I/O waiting behind it.
+COLLECT_CHUNK = 16
 FREE_NOW_BYTES = 1 << 16  # decoded heads of more than this (a batch's) are freed at once
 KILL_WAIT_SECONDS = 5.0  # a cancelled task's group got SIGKILL: this long at most for the kernel to end it
 # What became of the slot a task had, in its event (runner.c's SLOT_*): free again, taken by the
@@ -57,7 +59,8 @@ log = get_logger(component="native-runner")
 
 class _Event(ctypes.Structure):
     _fields_ = [("id", ctypes.c_int64), ("pid", ctypes.c_int32), ("status", ctypes.c_int32),
-                ("started_ns", ctypes.c_int64), ("slot", ctypes.c_int32), ("flags", ctypes.c_int32),
+                ("started_ns", ctypes.c_int64), ("ended_ns", ctypes.c_int64), ("slot", ctypes.c_int32),
+                ("flags", ctypes.c_int32),
                 ("out", ctypes.c_void_p), ("err", ctypes.c_void_p),
                 ("out_len", ctypes.c_int64), ("err_len", ctypes.c_int64)]
 
@@ -65,12 +68,14 @@ class _Event(ctypes.Structure):
 @dataclass(slots=True)
 class Ended:
     """What the runner says of a task's end: ``status`` a wait status, or -errno when it never ran;
-    ``started_ns`` the CLOCK_MONOTONIC time of its spawn (0: it never started); ``flags`` TIMED_OUT,
-    OUT_CUT, ERR_CUT; ``stdout``/``stderr`` the kept heads of its streams, decoded."""
+    ``started_ns``, ``ended_ns`` the CLOCK_MONOTONIC times of its spawn and of its reaping (0: it never
+    started; the loop may hear of its end later, while tasks are held); ``flags`` TIMED_OUT, OUT_CUT,
+    ERR_CUT; ``stdout``/``stderr`` the kept heads of its streams, decoded."""
 
     pid: int
     status: int
     started_ns: int
+    ended_ns: int
     flags: int
     stdout: str
     stderr: str
@@ -111,7 +116,7 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
                                 ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
                                 ctypes.c_int64, ctypes.c_int]
     quick.kr_pass.argtypes = [ctypes.c_void_p, ctypes.c_int]
-    quick.kr_set_batch.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    quick.kr_set_batch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
     quick.kr_set_batch.restype = None
     quick.kr_collect.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Event), ctypes.c_int]
     quick.kr_pause.argtypes = [ctypes.c_void_p]
@@ -148,7 +153,7 @@ class NativeRunner:
             raise NativeRunnerMissing(f"knarr's native task runner cannot start its thread ({os.strerror(code)})")
         self._handle = ctypes.c_void_p(handle)
         self._fd = self._lib.kr_done_fd(self._handle)
-        self._events = (_Event * _BATCH)()
+        self._events = (_Event * COLLECT_CHUNK)()
         self._jobs: dict[int, NativeJob] = {}
         self._ids = itertools.count(1)
         self._owners = itertools.count(1)
@@ -201,9 +206,10 @@ class NativeRunner:
         """A slot of ``owner``'s freed elsewhere goes to its first held task, which starts; False if none is held."""
         return bool(self._lib.kr_pass(self._handle, owner))
 
-    def set_batch(self, batch: int) -> None:
-        """How many ended tasks the loop's wake-up may wait for while tasks are held (1: none)."""
-        self._lib.kr_set_batch(self._handle, batch)
+    def set_batch(self, batch: int, hold_seconds: float) -> None:
+        """How many ended tasks the loop's wake-up may wait for while tasks are held (1: none), and
+        ``hold_seconds`` at most."""
+        self._lib.kr_set_batch(self._handle, batch, int(hold_seconds * 1e9))
 
     def kill(self, job: NativeJob, wait: bool = False) -> None:
         """SIGKILL the task's group (or make sure it never starts); ``wait``: until it is reaped.
@@ -212,30 +218,28 @@ class NativeRunner:
         self._waiting.kr_kill(self._handle, job.id, KILL_WAIT_SECONDS if wait else 0.0)
 
     def _collect(self) -> None:
+        """Take up to COLLECT_CHUNK waiting events (the eventfd stays readable while more wait)."""
         jobs, events = self._jobs, self._events
-        while True:
-            count = self._lib.kr_collect(self._handle, events, _BATCH)
-            heads = 0
-            for event in events[:count]:
-                job = jobs.pop(event.id, None)
-                if job is None:
-                    continue
-                if job.on_slot is not None:
-                    job.on_slot(event.slot)
-                ended = job.ended
-                if job.loop is self._loop and (ended is None or not ended.done()):
-                    flags, out, err = event.flags, event.out_len, event.err_len  # valid until the next kr_collect
-                    end = Ended(event.pid, event.status, event.started_ns, flags, _text(event.out, out, flags & OUT_CUT),
-                                _text(event.err, err, flags & ERR_CUT))
-                    if ended is None:
-                        job.on_end(end)
-                    else:
-                        ended.set_result(end)
-                    heads += out + err
-            if count < _BATCH:
-                if heads > FREE_NOW_BYTES:  # big heads go now, not at the next wake-up (kr_collect frees them)
-                    self._lib.kr_collect(self._handle, events, 0)
-                return
+        count = self._lib.kr_collect(self._handle, events, COLLECT_CHUNK)
+        heads = 0
+        for event in events[:count]:
+            job = jobs.pop(event.id, None)
+            if job is None:
+                continue
+            if job.on_slot is not None:
+                job.on_slot(event.slot)
+            ended = job.ended
+            if job.loop is self._loop and (ended is None or not ended.done()):
+                flags, out, err = event.flags, event.out_len, event.err_len  # valid until the next kr_collect
+                end = Ended(event.pid, event.status, event.started_ns, event.ended_ns, flags,
+                            _text(event.out, out, flags & OUT_CUT), _text(event.err, err, flags & ERR_CUT))
+                if ended is None:
+                    job.on_end(end)
+                else:
+                    ended.set_result(end)
+                heads += out + err
+        if heads > FREE_NOW_BYTES:  # big heads go now, not at the next wake-up (kr_collect frees them)
+            self._lib.kr_collect(self._handle, events, 0)
 
     # --- containment's sweep ---------------------------------------------------------------
     def pause(self) -> bool:

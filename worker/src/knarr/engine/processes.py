@@ -258,8 +258,9 @@ class _Leaders:
 
 
 def _ended(pid: int | None, status: int, stdout: str, stderr: str, cuts: tuple[bool, bool], timed_out: bool,
-           timeout: float, started: float) -> ProcessOutcome:
-    duration = round(time.monotonic() - started, 3)
+           timeout: float, started: float, ended: float | None = None) -> ProcessOutcome:
+    """The outcome of a process that ran from ``started`` to ``ended`` (None: now), CLOCK_MONOTONIC."""
+    duration = round((time.monotonic() if ended is None else ended) - started, 3)
     if timed_out:
         return ProcessOutcome(-1, stdout, f"task timed out after {timeout:g}s; its process group was killed",
                               pid, duration, timed_out=True, stdout_truncated=cuts[0])
@@ -385,4 +386,5 @@ def native_outcome(end: native.Ended, argv: list[str], timeout: float, started: 
     _sweep_detached()
     flags = end.flags
     cuts = (bool(flags & native.OUT_CUT), bool(flags & native.ERR_CUT))
-    return _ended(end.pid, status, end.stdout, end.stderr, cuts, bool(flags & native.TIMED_OUT), timeout, started)
+    return _ended(end.pid, status, end.stdout, end.stderr, cuts, bool(flags & native.TIMED_OUT), timeout, started,
+                  end.ended_ns / 1e9)
