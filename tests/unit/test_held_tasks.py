@@ -329,36 +329,30 @@ async def test_while_tasks_are_held_the_loop_hears_of_an_ended_one_no_later_than
     assert heard.at[0] < heard.ended(1), "the loop waited for the next task's end"
 
 
-async def test_a_held_tasks_duration_is_its_run_not_how_late_the_loop_heard_of_its_end(monkeypatch):
+async def test_a_held_tasks_duration_is_its_run_not_how_late_the_loop_heard_of_its_end(monkeypatch, runner):
     monkeypatch.setattr(execution, "HOLD_BUDGET_SECONDS", 0.4)  # the loop hears of an ended task 0.4 s late
     executor, scheduler = _executor(1, 6)
-    try:
-        started = time.monotonic()
-        quick = asyncio.ensure_future(executor.run(_task("true"), 0))
-        slow = [asyncio.ensure_future(executor.run(_task("sleep 0.5"), 0)) for _ in range(3)]
-        outcome, _ = await quick
-        assert time.monotonic() - started >= 0.35, "the loop heard at once: this test shows nothing"
-        assert isinstance(outcome, Succeeded) and outcome.result.duration_seconds < 0.2, outcome
-        for done in await asyncio.gather(*slow):
-            assert 0.45 <= done[0].result.duration_seconds < 0.8
-        assert await _settled(scheduler) == (1, 0)
-    finally:
-        native.runner().set_batch(1, 0.0)
+    started = time.monotonic()
+    quick = asyncio.ensure_future(executor.run(_task("true"), 0))
+    slow = [asyncio.ensure_future(executor.run(_task("sleep 0.5"), 0)) for _ in range(3)]
+    outcome, _ = await quick
+    assert time.monotonic() - started >= 0.35, "the loop heard at once: this test shows nothing"
+    assert isinstance(outcome, Succeeded) and outcome.result.duration_seconds < 0.2, outcome
+    for done in await asyncio.gather(*slow):
+        assert 0.45 <= done[0].result.duration_seconds < 0.8
+    assert await _settled(scheduler) == (1, 0)
 
 
-async def test_the_wake_up_batch_follows_the_held_places_as_the_tasks_durations_decide_them(monkeypatch):
+async def test_the_wake_up_batch_follows_the_held_places_as_the_tasks_durations_decide_them(monkeypatch, runner):
     batches: list[tuple[int, float]] = []
     real = native.NativeRunner.set_batch
     monkeypatch.setattr(native.NativeRunner, "set_batch",
                         lambda self, batch, hold: (batches.append((batch, hold)), real(self, batch, hold)))
     scheduler = SlotScheduler(2, held=32)
     executor = TaskExecutor(knarr.BaseHandler(), scheduler, ExecutorConfig(binary_path="/bin/sh", max_executors=2))
-    try:
-        assert batches == [wake_up(0, 2)]  # nothing held until a task's duration is known
-        for _ in range(5):
-            await asyncio.gather(*(executor.run(_task("true"), 0) for _ in range(8)))
-        assert scheduler.held_max > 0
-        assert batches[-1] == wake_up(scheduler.held_max, 2) == (max(3, scheduler.held_max - 4), HOLD_BUDGET_SECONDS)
-        assert await _settled(scheduler) == (2, 0)
-    finally:
-        native.runner().set_batch(1, 0.0)
+    assert batches == [wake_up(0, 2)]  # nothing held until a task's duration is known
+    for _ in range(5):
+        await asyncio.gather(*(executor.run(_task("true"), 0) for _ in range(8)))
+    assert scheduler.held_max > 0
+    assert batches[-1] == wake_up(scheduler.held_max, 2) == (max(3, scheduler.held_max - 4), HOLD_BUDGET_SECONDS)
+    assert await _settled(scheduler) == (2, 0)
