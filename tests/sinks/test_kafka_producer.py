@@ -34,6 +34,36 @@ async def test_a_lone_records_delivery_is_confirmed_by_the_timer(kafka_bootstrap
     assert [m.value for m in consume_all(kafka_bootstrap, topic, 3)] == [b"warm", b"one", b"two"]
 
 
+async def test_a_hurried_producer_serves_reports_at_the_short_interval_for_a_while(kafka_bootstrap, monkeypatch):
+    monkeypatch.setattr(producing, "REPORT_WAIT_SECONDS", 1.0)  # the timer's pace, and how long a hurry lasts
+    topic = unique_name("producer-hurry")
+    create_topic(kafka_bootstrap, topic)
+    producer = _connected(kafka_bootstrap)
+    loop = asyncio.get_running_loop()
+
+    async def confirmed(value: bytes, hurry: bool) -> float:
+        started = loop.time()
+        future = producer.produce(topic, value)
+        await asyncio.sleep(0)  # the round is done: librdkafka has the record
+        if hurry:
+            producer.hurry()
+        await asyncio.wait_for(future, 10)
+        return loop.time() - started
+
+    try:
+        await asyncio.wait_for(producer.produce(topic, b"warm"), 10)
+        await asyncio.sleep(0.01)
+        left_to_the_timer = await confirmed(b"timer", hurry=False)
+        await asyncio.sleep(0.01)
+        hurried = await confirmed(b"hurried", hurry=True)
+        producer.hurry()  # nothing outstanding: nothing to hurry, no timer
+        assert producer._timer is None
+    finally:
+        assert producer.close() == 0
+    assert left_to_the_timer > 0.5 and hurried < 0.5, (left_to_the_timer, hurried)
+    assert [m.value for m in consume_all(kafka_bootstrap, topic, 3)] == [b"warm", b"timer", b"hurried"]
+
+
 async def test_while_records_flow_their_reports_are_served_on_the_way_not_by_timer_wake_ups(kafka_bootstrap):
     topic = unique_name("producer-flow")
     create_topic(kafka_bootstrap, topic)

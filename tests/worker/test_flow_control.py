@@ -14,6 +14,7 @@ until it has been worked through (knarr.kafka.settings).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from prometheus_client import REGISTRY
 
 import knarr
 from knarr.engine.worker import Worker
+from knarr.sinks import producer as producing
 
 from tests.programs.handlers import TaggedHandler
 from tests.services.kafka import committed_offsets, consume_all, produce_json, produce_values
@@ -111,6 +113,40 @@ async def test_a_hold_ends_when_the_pool_idles_while_outputs_wait_on_a_slow_sink
         assert not any(name.startswith("slow") for name in names())
         assert time.monotonic() - started < SINK_HANG_SECONDS
         await wait_until(lambda: len(names()) == 24, 30, "the slow outputs once the sink answers")
+
+
+REPORT_TIMER_SECONDS = 2.0
+CONFIRMED_MESSAGES = 24
+
+
+class KafkaOutputPerTask(OutputPerTask):
+    """OutputPerTask's output to the Kafka sink: a task stays in flight until the broker confirms it."""
+
+    async def on_task_complete(self, result):
+        return knarr.CollectResult(kafka=[knarr.KafkaPayload(data={"name": result.task.metadata["name"]})])
+
+
+async def test_a_hold_that_waits_only_on_the_brokers_confirmations_hears_of_them_without_the_timer(
+        kafka_bootstrap: str, monkeypatch) -> None:
+    # High watermark 4, low 1, one slot: the worker takes four messages and holds. Their tasks end in
+    # milliseconds; then the four wait for the broker to confirm their outputs, with the pool idle and
+    # the load at the high watermark, so the hold can end only when those confirmations are heard of.
+    # The producer serves its reports from a timer when nothing is produced, stretched to 2 s here:
+    # heard of by that timer, 24 messages would take six holds of about 2 s each.
+    monkeypatch.setattr(producing, "REPORT_WAIT_SECONDS", REPORT_TIMER_SECONDS)
+    src, out = topics(kafka_bootstrap)
+    config = kafka_config(kafka_bootstrap, src, out_topic=out,
+                          executor={"max_executors": 1, "backpressure_high_multiplier": 4,
+                                    "backpressure_low_multiplier": 1})
+    config.kafka.max_poll_records = 4
+    async with running(Worker(config, KafkaOutputPerTask())) as worker:
+        await wait_until(lambda: worker.processors, 30, "the partition's assignment")
+        started = time.monotonic()
+        produce_json(kafka_bootstrap, src, [f"m{i}" for i in range(CONFIRMED_MESSAGES)])
+        seen = await asyncio.to_thread(consume_all, kafka_bootstrap, out, CONFIRMED_MESSAGES, 60)
+        took = time.monotonic() - started
+    assert len(seen) == CONFIRMED_MESSAGES
+    assert took < REPORT_TIMER_SECONDS * 2, f"{CONFIRMED_MESSAGES} messages took {took:.1f}s: holds waited for the timer"
 
 
 BACKLOG_PARTITIONS = 8

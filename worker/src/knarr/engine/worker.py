@@ -324,8 +324,11 @@ class Worker:
         assert self.source is not None
         cfg = self.config.executor
         loads = self._loads()
+        idle = self._pool_idle()
         flow = decide_flow(loads, self._flow, cfg.backpressure_high, cfg.backpressure_low,
-                           self.config.kafka.max_poll_records, self._pool_idle())
+                           self.config.kafka.max_poll_records, idle)
+        if flow.hold and idle and self.sinks is not None:
+            self.sinks.hurry()  # held with a slot idle: the load waits on the sinks' confirmations
         if flow != self._flow:
             self._log_flow(flow, loads)
         self._flow = flow
@@ -381,13 +384,16 @@ class Worker:
             asyncio.get_running_loop().call_soon(self._check_progress)
 
     def _check_progress(self) -> None:
-        """Wake the held poll loop if the hold is over."""
+        """Wake the held poll loop if the hold is over. If it is not, and a slot idles meanwhile, what
+        holds the load up is past the executors: the sinks are asked to confirm deliveries sooner."""
         self._progress_due = False
         if self._flow.hold and not self._progress.is_set():
             cfg = self.config.executor
-            if hold_ends(held_load(self._loads(), self._flow), cfg.backpressure_high, cfg.backpressure_low,
-                         self._pool_idle()):
+            idle = self._pool_idle()
+            if hold_ends(held_load(self._loads(), self._flow), cfg.backpressure_high, cfg.backpressure_low, idle):
                 self._progress.set()
+            elif idle and self.sinks is not None:
+                self.sinks.hurry()
 
     def _pool_idle(self) -> bool:
         """A slot is free and nothing waits for one: no task, and no message queued to make one."""

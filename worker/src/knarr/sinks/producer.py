@@ -19,6 +19,8 @@ Record = tuple[bytes, bytes | None, dict[str, str] | None]
 # records are produced and REPORT_POLL_SECONDS have passed since the reports were last served, and
 # otherwise by a timer, REPORT_WAIT_SECONDS after the last time at the latest. A timer of its own
 # at the shorter interval woke an otherwise sleeping loop about once every eight tasks in spawn mode.
+# While somebody waits on the reports (hurry(): the worker holds with a slot idle), the timer runs at
+# the shorter interval for REPORT_WAIT_SECONDS after each call.
 REPORT_POLL_SECONDS = 0.002
 REPORT_WAIT_SECONDS = 0.01
 
@@ -38,7 +40,10 @@ class AsyncProducer:
         self._conf = {"linger.ms": 5, "enable.idempotence": True, "acks": "all", **conf}
         self._producer: Producer | None = None
         self._polling: asyncio.AbstractEventLoop | None = None  # the loop a report poll is scheduled on
+        self._timer: asyncio.Handle | None = None  # that poll (uvloop gives a plain Handle for one due at once)
+        self._timer_due = 0.0  # when it is due (the loop's clock)
         self._polled_at = 0.0  # when the reports were last served (the loop's clock)
+        self._hurried_until = 0.0  # until then (the loop's clock) the timer runs every REPORT_POLL_SECONDS
         self._reports: deque[tuple[_Batch, KafkaError | Exception | None]] = deque()  # delivery callbacks append (close(): refusals too)
         self._pending: list[tuple[str, list[Record], _Batch]] = []  # taken by produce_all(), produced after the round
 
@@ -60,12 +65,33 @@ class AsyncProducer:
     def _poll_soon(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._polling is not loop:  # (a poll left on a loop that has closed since never runs)
             self._polling = loop
-            loop.call_at(self._polled_at + REPORT_WAIT_SECONDS, self._poll_on_loop, loop)
+            wait = REPORT_POLL_SECONDS if loop.time() < self._hurried_until else REPORT_WAIT_SECONDS
+            self._timer_due = self._polled_at + wait
+            self._timer = loop.call_at(self._timer_due, self._poll_on_loop, loop)
+
+    def hurry(self) -> None:
+        """Somebody is waiting for the outstanding records' reports (the worker holds, a slot idle, until
+        the broker's confirmations bring its load down): serve them every REPORT_POLL_SECONDS instead of
+        REPORT_WAIT_SECONDS for the next REPORT_WAIT_SECONDS. A timer at the shorter interval all the time
+        would wake a loop that has other things to wait for (docs/performance.md, "The reports a hold
+        waits for")."""
+        producer = self._producer
+        if producer is None or not len(producer):
+            return
+        loop = asyncio.get_running_loop()
+        self._hurried_until = loop.time() + REPORT_WAIT_SECONDS
+        if self._polling is loop and self._timer is not None:
+            if self._timer_due <= self._polled_at + REPORT_POLL_SECONDS:
+                return
+            self._timer.cancel()
+        self._polling = None
+        self._poll_soon(loop)
 
     def _poll_on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the event loop, from the timer: serve the delivery reports that are ready, and come back
-        while any are due (at REPORT_WAIT_SECONDS after they were last served, which may be sooner)."""
-        self._polling = None
+        while any are due (at REPORT_WAIT_SECONDS after they were last served, which may be sooner;
+        REPORT_POLL_SECONDS while hurried)."""
+        self._polling = self._timer = None
         producer = self._producer
         if producer is None:
             return  # closed
