@@ -278,6 +278,27 @@ async def test_an_idle_program_is_stopped_after_max_idle_seconds(kafka_bootstrap
         await wait_until(lambda: not Path(f"/proc/{pid}").exists(), timeout=20, what="the idle program to stop")
 
 
+@pytest.mark.parametrize("prestart", [True, False])
+async def test_the_programs_start_with_the_worker_unless_prestart_is_off(kafka_bootstrap, prestart):
+    tag = unique_name("prestart")
+    handler = Jobs()
+    src, out = topics(kafka_bootstrap)
+    cfg = kafka_config(kafka_bootstrap, src, out_topic=out,
+                       executor={"max_executors": 2, **persistent(prestart=prestart)})
+    cfg.executor.persistent.command = [*BEHAVE_PERSISTENT, f"tag={tag}"]
+    async with running(Worker(cfg, handler)):
+        before_any_message = {pid for pid, _ in processes_with(tag)}
+        produce_json(kafka_bootstrap, src, [{"id": 0, "args": ["out=x"]}], partition=0)
+        await wait_until(lambda: handler.results, what="the task to finish")
+    [result] = handler.results
+    if prestart:  # one per slot, up and answering before the worker took a message; the task ran in one
+        assert len(before_any_message) == 2 and result.pid in before_any_message
+    else:
+        assert before_any_message == set()
+    assert result.stdout == "x\n"
+    assert not processes_gone(tag, 10)
+
+
 async def test_a_program_that_cannot_start_is_a_launch_error_naming_the_command(kafka_bootstrap):
     jobs = [{"id": 0, "args": ["out=x"]}]
     handler, _, _ = await run_jobs(kafka_bootstrap, jobs, Jobs(on_error=knarr.ErrorAction.SKIP),
@@ -357,7 +378,9 @@ def test_no_program_outlives_a_worker_stopped_or_killed_mid_task(kafka_bootstrap
         worker.wait_consuming()
         produce_json(kafka_bootstrap, topic, [{"request_id": "busy", "sleep": 60}]
                      + [{"request_id": f"quick{i}"} for i in range(6)], partition=0)
-        wait_for(lambda: len(processes_with(tag)) >= 2, 60, "programs to start, one of them busy")
+        assert len(processes_with(tag)) == 4  # started with the worker, one per slot (persistent.prestart)
+        wait_for(lambda: consume_all(kafka_bootstrap, out, 1, timeout=1), 60,
+                 "a quick request's output: the busy one, polled before it, runs")
         if stop == "sigterm":
             assert worker.terminate() == ExitCode.DRAIN_INCOMPLETE  # the busy task outlived the drain
         else:

@@ -74,6 +74,10 @@ class TaskExecutor:
             self._runner.set_batch(*wake_up(scheduler.held_max, config.max_executors))
         self._prioritizes = defines(handler, "task_priority")  # else every task has the default priority
 
+    async def start(self) -> None:
+        """Start what runs tasks ahead of the first one: the persistent programs (``persistent.prestart``)."""
+        await self.programs.prestart()
+
     async def close(self) -> None:
         """Stop the persistent programs (spawned tasks end with their own runs)."""
         await self.programs.close()

@@ -147,6 +147,33 @@ class ProgramPool:
         self._forget(program, "cancelled")
 
     # --- programs in and out ----------------------------------------------------------------------
+    async def prestart(self) -> None:
+        """One program of the configured command per slot, started before any task needs it (``prestart``).
+
+        A program that cannot start is logged and counts as a failed start (the restart backoff); the
+        tasks start programs again when they need them, as without ``prestart``."""
+        command = self.settings.command
+        if not command or not self.settings.prestart or self._closed:
+            return
+        command = tuple(command)
+        begun = time.monotonic()
+        results = await asyncio.gather(*(self._start(command) for _ in range(self.slots - len(self._live))),
+                                       return_exceptions=True)
+        started = [program for program in results if isinstance(program, Program)]
+        for program in started:
+            self._release(program)
+        failures = [result for result in results if isinstance(result, ProgramFailure)]
+        if failures:
+            self._failed()
+            log.warning("persistent programs failed to start; tasks will start them when they need them",
+                        command=list(command), failed=len(failures), started=len(started), error=failures[0].message)
+        else:
+            log.info("persistent programs started", command=list(command), programs=len(started),
+                     seconds=round(time.monotonic() - begun, 3))
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, ProgramFailure):
+                raise result  # cancelled (a stop during start-up): the started ones are live, close() stops them
+
     async def _take(self, command: tuple[str, ...]) -> Program:
         program = self.take_idle(command)
         if program is not None:

@@ -131,6 +131,7 @@ class Worker:
             if cfg.debug.enabled:
                 await self._start_debug()
             await self.sinks.connect_all()
+            await self.executor.start()
             await self.handler.on_ready(*ready_arguments(self.handler.on_ready, cfg, self._postgres_pool()))
             self._start_periodic()
             self._spawn(self.loop_lag.run())
@@ -139,6 +140,7 @@ class Worker:
         except Exception:
             await self._stop_background()
             await self._stop_debug()
+            await self.executor.close()  # the programs started ahead, if any
             await self._close_outputs()
             raise
         self._ready = True
