@@ -9,7 +9,8 @@ message, default settings:
   - the worker's CPU per task, children excluded (d below)                  target <= 150 us
   - the event loop's lag p99 under that full load (the worker's own probe, every 10 ms)
                                                                              target <= 5 ms
-  - persistent mode on the same workload (bench/persistent.py), when that bench is present; and
+  - persistent mode on the same workload (bench/persistent.py), when that bench is present, over 5
+    times the messages (--persistent-messages), so that its run lasts about as long as spawn mode's; and
     once more held to spawn mode's rate (each task waits in its program): what the event loop's
     bookkeeping costs per task at that pace, without a single spawn; and persistent mode's floor in
     Python (bench/python_floor.py): the same workload through the least any Python worker does; and
@@ -439,7 +440,7 @@ def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor:
         print(f"  {'event loop lag p99 under full load':58}{lag:>10.1f} ms  "
               f"{'<= ' + format(TARGET_LAG_P99_MS, 'g') + ' ms':>10}  {verdict(lag <= TARGET_LAG_P99_MS)}")
     if kept is not None:
-        print(f"  {'persistent mode, same workload (bench/persistent.py)':58}{kept.rate:>10.0f} /s  "
+        print(f"  {f'persistent mode, same workload, {kept.count} messages':58}{kept.rate:>10.0f} /s  "
               f"{'>= 10x':>10}  {verdict(kept.rate >= 10 * b.rate)}")
         print(f"  {'    persistent / spawn mode':58}{kept.rate / b.rate:>13.1f}x")
         print(f"  {'    worker CPU per task, persistent mode':58}{kept.cpu_us:>10.0f} us")
@@ -568,6 +569,12 @@ def profile_report(profiler: cProfile.Profile, tasks: int, top: int) -> None:
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=20_000, help="messages (= tasks) for (b) and (d)")
+    parser.add_argument("--persistent-messages", type=int, default=0,
+                        help="messages for persistent mode's rows and the Python floor (default 0: 5 x --messages). "
+                             "Persistent mode runs the same messages about 8 times faster than spawn mode; over "
+                             "the same count its run would last about a second, and what every run pays once "
+                             "(the first poll's fetch, the wait for the last commit's answer, 0.1-0.2 s) would "
+                             "weigh on it about 8 times as much as on spawn mode's")
     parser.add_argument("--spawns", type=int, default=10_000, help="processes spawned for (a)")
     parser.add_argument("--max-executors", type=int, default=2 * (os.cpu_count() or 1))
     parser.add_argument("--profile-messages", type=int, default=5_000, help="0: skip the profiled run")
@@ -623,7 +630,8 @@ async def main() -> int:
     kept = paced = least = polled = None
     if not args.skip_persistent:
         print("    persistent mode, same workload ...", file=sys.stderr)
-        kept = await persistent_row(bootstrap, args.messages, args.max_executors)
+        many = args.persistent_messages or 5 * args.messages
+        kept = await persistent_row(bootstrap, many, args.max_executors)
         if kept is not None:
             # Held to spawn mode's rate: each task sleeps in its program for what a slot's turn takes at
             # that rate beyond what it takes at full speed. No process is spawned, so the event loop's CPU
@@ -635,9 +643,9 @@ async def main() -> int:
             # knarr.task's poll_seconds: after each answer the program looks for its next request before it
             # blocks, so the loop's write of a request wakes nobody (docs/performance.md says what that costs).
             print(f"    persistent mode, its programs polling stdin for {POLL_US / 1000:g} ms ...", file=sys.stderr)
-            polled = await persistent_row(bootstrap, args.messages, args.max_executors, poll_us=POLL_US)
+            polled = await persistent_row(bootstrap, many, args.max_executors, poll_us=POLL_US)
             print("    persistent mode's floor in Python, same workload ...", file=sys.stderr)
-            least = await python_floor_row(bootstrap, args.messages, args.max_executors)
+            least = await python_floor_row(bootstrap, many, args.max_executors)
     report(args, spawns, a_ref, floor, b, b_unpaused, kept, args.messages, a_thread, b_thread, paced, least, polled)
 
     if args.recorder_messages:
