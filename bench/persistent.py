@@ -270,12 +270,16 @@ async def python_floor(bootstrap: str, messages: int, max_executors: int) -> Fig
                   children_cpu_seconds=run["programs_cpu"], broker_cpu_seconds=run["broker_cpu_seconds"])
 
 
-async def compare(bootstrap: str, messages: int = 20_000, max_executors: int = 2 * (os.cpu_count() or 1)) -> dict:
+async def compare(bootstrap: str, messages: int = 20_000, max_executors: int = 2 * (os.cpu_count() or 1),
+                  persistent_messages: int = 0) -> dict:
     """Spawn mode, then persistent mode, on fresh topics of the same workload: the figures and the ratio;
-    then persistent mode's floor in Python on the same workload."""
+    then persistent mode's floor in Python on the same workload. Persistent mode and the floor run
+    ``persistent_messages`` (0: 5 x ``messages``), so that their runs last about as long as spawn mode's
+    and what a run pays once weighs as little on them (make bench does the same)."""
+    many = persistent_messages or 5 * messages
     spawn, _ = await run_mode(bootstrap, "spawn", messages, max_executors)
-    kept, programs_cpu = await run_mode(bootstrap, "persistent", messages, max_executors)
-    least = await python_floor(bootstrap, messages, max_executors)
+    kept, programs_cpu = await run_mode(bootstrap, "persistent", many, max_executors)
+    least = await python_floor(bootstrap, many, max_executors)
     return {"spawn": spawn, "persistent": kept, "programs_cpu_seconds": programs_cpu, "python_floor": least,
             "ratio": kept.rate / spawn.rate, "messages": messages, "max_executors": max_executors}
 
@@ -291,7 +295,8 @@ def report_executor(figures: dict[str, Figure], concurrency: int) -> None:
 def report(figures: dict) -> None:
     spawn, kept = figures["spawn"], figures["persistent"]
     print(f"\nend to end, Kafka -> task -> Kafka -> commit: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}, "
-          f"max_executors={figures['max_executors']}, {figures['messages']} messages on 4 partitions, "
+          f"max_executors={figures['max_executors']}, {figures['messages']} messages on 4 partitions "
+          f"({figures['persistent'].count} in persistent mode and the floor), "
           f"one echo task each, python {sys.version.split()[0]}")
     print(f"  {'mode':44}{'tasks/s':>10}{'worker CPU/task':>18}")
     print(f"  {'spawn (' + SPAWN_BINARY + ' per task)':44}{spawn.rate:>10.0f}{spawn.cpu_us:>15.0f} us")
@@ -365,6 +370,9 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--max-executors", type=int, default=2 * (os.cpu_count() or 1))
+    parser.add_argument("--persistent-messages", type=int, default=0,
+                        help="messages for the end-to-end persistent mode and the Python floor (0: 5 x --messages), "
+                             "so that their runs last about as long as spawn mode's")
     parser.add_argument("--executor-tasks", type=int, default=3_000,
                         help="spawned tasks for the executor-layer figures (persistent modes run 3x as many)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
@@ -389,7 +397,7 @@ async def main() -> int:
     print("executor layer alone ...", file=sys.stderr)
     report_executor(await executor_rates(args.executor_tasks, args.max_executors), args.max_executors)
     print("end to end, spawn mode then persistent mode ...", file=sys.stderr)
-    figures = await compare(bootstrap, args.messages, args.max_executors)
+    figures = await compare(bootstrap, args.messages, args.max_executors, args.persistent_messages)
     report(figures)
     if sizes:
         print("one task for many messages, spawn mode then persistent mode ...", file=sys.stderr)
