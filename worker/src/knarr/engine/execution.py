@@ -66,12 +66,10 @@ class TaskExecutor:
         self._held_cap = scheduler.held_max
         self._mean_duration: float | None = None  # of spawned tasks, while spawn_ahead adapts (unset)
         self._adapts = self._holds and config.spawn_ahead is None
-        if self._adapts:
-            scheduler.held_max = 0  # until the first task's duration is known
         if self._holds:
             self._owner = owner = self._runner.new_owner()
             scheduler.pass_slot = lambda: self._runner.pass_slot(owner)
-            self._runner.set_batch(*wake_up(scheduler.held_max, config.max_executors))
+            self._hold_at_most(0 if self._adapts else scheduler.held_max)  # adapting: none until a duration is known
         self._prioritizes = defines(handler, "task_priority")  # else every task has the default priority
 
     async def start(self) -> None:
@@ -97,8 +95,12 @@ class TaskExecutor:
         self._mean_duration = mean
         held = min(self._held_cap, int(self.config.max_executors * HOLD_BUDGET_SECONDS / max(mean, 1e-4)))
         if held != self.scheduler.held_max:
-            self.scheduler.held_max = held
-            self._runner.set_batch(*wake_up(held, self.config.max_executors))
+            self._hold_at_most(held)
+
+    def _hold_at_most(self, held: int) -> None:
+        """The scheduler's held places, and the runner's wake-up batch that follows them (wake_up)."""
+        self.scheduler.held_max = held
+        self._runner.set_batch(*wake_up(held, self.config.max_executors))
 
     def runner_slot(self, partition: int, held: bool, expires_at: float | None) -> RunnerSlot | None:
         """A task's grant as the native runner takes it (its event settles the grant), or None without held places."""
