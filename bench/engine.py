@@ -630,7 +630,8 @@ async def main() -> int:
     kept = paced = least = polled = None
     if not args.skip_persistent:
         print("    persistent mode, same workload ...", file=sys.stderr)
-        many = args.persistent_messages or 5 * args.messages
+        from persistent import persistent_count  # (it imports this module: not at the top)
+        many = persistent_count(args.messages, args.persistent_messages)
         kept = await persistent_row(bootstrap, many, args.max_executors)
         if kept is not None:
             # Held to spawn mode's rate: each task sleeps in its program for what a slot's turn takes at

@@ -64,6 +64,14 @@ from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa
 SPAWN_BINARY = "/bin/echo"
 ECHO_PROGRAM = [sys.executable, str(BENCH / "echo_task.py")]
 TARGET_RATIO = 10.0
+# Persistent mode runs this many times spawn mode's messages, so that its runs last about as long
+# and what a run pays once (programs starting, the first fetch, the last commit) weighs alike.
+PERSISTENT_RUN_FACTOR = 5
+
+
+def persistent_count(messages: int, given: int = 0) -> int:
+    """How many messages persistent mode's runs take: ``given``, or PERSISTENT_RUN_FACTOR x spawn mode's."""
+    return given or PERSISTENT_RUN_FACTOR * messages
 
 
 class EchoHandler(knarr.BaseHandler[None, None]):
@@ -276,7 +284,7 @@ async def compare(bootstrap: str, messages: int = 20_000, max_executors: int = 2
     then persistent mode's floor in Python on the same workload. Persistent mode and the floor run
     ``persistent_messages`` (0: 5 x ``messages``), so that their runs last about as long as spawn mode's
     and what a run pays once weighs as little on them (make bench does the same)."""
-    many = persistent_messages or 5 * messages
+    many = persistent_count(messages, persistent_messages)
     spawn, _ = await run_mode(bootstrap, "spawn", messages, max_executors)
     kept, programs_cpu = await run_mode(bootstrap, "persistent", many, max_executors)
     least = await python_floor(bootstrap, many, max_executors)
@@ -351,7 +359,8 @@ def report_batched(rows: dict[tuple[str, int], Figure], one: dict) -> None:
 def report_workers(figures: dict[str, Figure], one: dict, workers: int) -> None:
     """The per-core runs beside one worker's: what a replica per core gives each mode."""
     print(f"\na worker per core: {workers} workers at once, each on its own topic with 1/{workers} of the messages "
-          f"and of max_executors, load average {os.getloadavg()[0]:.2f}")
+          f"({figures['spawn'].count} in spawn mode, {figures['persistent'].count} in persistent mode) and of "
+          f"max_executors, load average {os.getloadavg()[0]:.2f}")
     print(f"  {'mode':44}{'tasks/s':>10}{'worker CPU/task':>18}{'vs one worker':>15}{'machine busy':>14}")
     cores = os.cpu_count() or 1
     for mode, figure in figures.items():
@@ -404,8 +413,9 @@ async def main() -> int:
         report_batched(await batched_rows(bootstrap, args.messages, args.max_executors, sizes), figures)
     if args.workers > 1:
         print(f"a worker per core: {args.workers} workers, spawn mode then persistent mode ...", file=sys.stderr)
-        report_workers({mode: await run_workers(bootstrap, mode, args.messages, args.max_executors, args.workers)
-                        for mode in ("spawn", "persistent")}, figures, args.workers)
+        counts = {"spawn": args.messages, "persistent": persistent_count(args.messages, args.persistent_messages)}
+        report_workers({mode: await run_workers(bootstrap, mode, count, args.max_executors, args.workers)
+                        for mode, count in counts.items()}, figures, args.workers)
     return 0  # a MISS is a finding to read, not a crash
 
 
