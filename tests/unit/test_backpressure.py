@@ -1,13 +1,14 @@
-"""Flow control: the worker holds at the high watermark, isolates partitions flooded by fan-out, and
-ends a hold early when the pool would otherwise stand idle; while it holds, it looks whether the hold
-is over once per round of the event loop."""
+"""Flow control: the worker holds at the high watermark, isolates partitions flooded by fan-out, bounds
+the tasks awaiting the sinks' confirmation apart from the work, and ends a hold early when the pool
+would otherwise stand idle; while it holds, it looks whether the hold is over once per round of the
+event loop."""
 
 import asyncio
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from knarr.engine.backpressure import Flow, decide_flow, held_load
+from knarr.engine.backpressure import Flow, Watermarks, decide_flow, held_load
 from knarr.engine.scheduling import SlotScheduler
 from knarr.engine.worker import Worker
 from knarr.sources.memory import MemorySource
@@ -16,10 +17,12 @@ from tests.worker.harness import BEHAVE, local_config
 
 HIGH, LOW, BATCH = 128, 16, 100
 FLOODED = HIGH + BATCH
+DELIVERY_HIGH, DELIVERY_LOW = 256, 128
 
 
-def decide(loads: dict[int, int], previous: Flow = Flow(), pool_idle: bool = False) -> Flow:
-    return decide_flow(loads, previous, HIGH, LOW, BATCH, pool_idle)
+def decide(loads: dict[int, int], previous: Flow = Flow(), pool_idle: bool = False, delivering: int = 0) -> Flow:
+    return decide_flow(loads, previous, Watermarks(HIGH, LOW), BATCH, pool_idle, delivering,
+                       Watermarks(DELIVERY_HIGH, DELIVERY_LOW))
 
 
 def test_below_the_high_watermark_everything_flows():
@@ -63,14 +66,15 @@ def test_the_others_still_hold_together_beside_an_isolated_partition():
 loads_strategy = st.dictionaries(st.integers(0, 7), st.integers(0, 20_000), min_size=1, max_size=8)
 
 
-@given(loads_strategy, st.booleans(), st.frozensets(st.integers(0, 7)), st.booleans())
-def test_whatever_flows_is_bounded_by_the_config_not_the_lag(loads, was_holding, was_isolated, pool_idle):
-    flow = decide(loads, Flow(was_holding, was_isolated), pool_idle)
+@given(loads_strategy, st.booleans(), st.frozensets(st.integers(0, 7)), st.booleans(), st.integers(0, 1_000))
+def test_whatever_flows_is_bounded_by_the_config_not_the_lag(loads, was_holding, was_isolated, pool_idle, delivering):
+    flow = decide(loads, Flow(was_holding, was_isolated), pool_idle, delivering)
     flowing = held_load(loads, flow)
     if not flow.hold:
         # Taking messages only while the partitions that take them are under the high
         # watermark (or draining from a hold): one more poll keeps them under high + batch.
         assert flowing < HIGH
+        assert delivering < DELIVERY_HIGH  # and the outputs awaiting the sinks under theirs
     for p in flow.isolated:  # isolated only when flooded, kept only until drained
         assert loads[p] >= FLOODED or (p in was_isolated and loads[p] > LOW)
     for p, load in loads.items():
@@ -96,6 +100,31 @@ def test_a_hold_ends_at_the_low_watermark_or_with_an_idle_pool_under_the_high_on
     flow = decide(loads, Flow(hold=True), pool_idle)
     load = held_load(loads, flow)
     assert flow.hold == (load >= HIGH if pool_idle else load > LOW)
+
+
+def test_tasks_awaiting_the_sinks_confirmation_do_not_count_against_the_works_watermark():
+    # Tiny tasks at 20,000 a second keep 100-200 tasks waiting on the broker: counted as work,
+    # they alone reached the high watermark, and the pool idled through every hold's poll.
+    assert decide({0: 60, 1: 60}, delivering=200) == Flow()
+
+
+def test_the_worker_holds_while_the_sinks_confirmations_reach_their_own_high_watermark():
+    # A slow sink: what awaits it stays bounded, however little work is left.
+    held = decide({0: 0}, delivering=DELIVERY_HIGH)
+    assert held == Flow(hold=True)
+    assert decide({0: 0}, held, delivering=DELIVERY_LOW + 1).hold  # hysteresis
+    assert decide({0: 0}, held, delivering=DELIVERY_LOW) == Flow()
+    # an idle pool ends it under the high watermark, as it does the work's: the slot would only idle
+    assert decide({0: 0}, held, pool_idle=True, delivering=DELIVERY_HIGH - 1) == Flow()
+    assert decide({0: 0}, held, pool_idle=True, delivering=DELIVERY_HIGH).hold
+
+
+@given(st.integers(0, 200), st.integers(0, 1_000), st.booleans())
+def test_a_hold_ends_only_when_both_the_work_and_the_deliveries_let_it(load, delivering, pool_idle):
+    flow = decide({0: load}, Flow(hold=True), pool_idle, delivering)
+    work_lets = load <= LOW or (pool_idle and load < HIGH)
+    deliveries_let = delivering <= DELIVERY_LOW or (pool_idle and delivering < DELIVERY_HIGH)
+    assert flow.hold == (not (work_lets and deliveries_let))
 
 
 def test_the_scheduler_says_when_a_released_slot_stays_free_with_nothing_waiting():
@@ -126,7 +155,7 @@ class _Partition:
     """A partition processor as the worker's flow control sees one: its load, and messages queued."""
 
     def __init__(self, load: int) -> None:
-        self.load, self.queued = load, 0
+        self.load, self.queued, self.delivering = load, 0, 0
 
 
 async def test_tasks_ending_in_one_round_of_the_loop_check_the_hold_once_after_it(tmp_path):

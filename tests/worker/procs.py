@@ -90,6 +90,7 @@ class WorkerSpec:
     max_poll_records: int = 100
     backpressure_high_multiplier: int = 32
     backpressure_low_multiplier: int = 4
+    backpressure_delivery_multiplier: int = 64
     drain_timeout_seconds: float = 30
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1_000
@@ -105,6 +106,10 @@ class WorkerSpec:
     def backpressure_low(self) -> int:
         return max(1, self.max_executors * self.backpressure_low_multiplier)
 
+    @property
+    def delivery_high(self) -> int:
+        return self.max_executors * self.backpressure_delivery_multiplier
+
     def config(self, metrics_port: int) -> dict[str, Any]:
         return {
             "kafka": {
@@ -116,6 +121,7 @@ class WorkerSpec:
                 "binary_path": str(BEHAVE), "max_executors": self.max_executors, "window_size": self.window_size,
                 "backpressure_high_multiplier": self.backpressure_high_multiplier,
                 "backpressure_low_multiplier": self.backpressure_low_multiplier,
+                "backpressure_delivery_multiplier": self.backpressure_delivery_multiplier,
                 "drain_timeout_seconds": self.drain_timeout_seconds, "task_timeout_seconds": 30,
                 **self.executor_extra,
             },

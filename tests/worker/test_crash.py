@@ -45,7 +45,7 @@ CYCLES = 20
 MIN_PER_CYCLE = 250  # produced before each start, at least ...
 # ... and enough to leave this many uncommitted: more than one worker gets through before its kill
 # (a persistent program runs tiny tasks several times faster than spawning them, so it gets more).
-BACKLOG = {"spawn": 2_000, "persistent": 12_000}
+BACKLOG = {"spawn": 2_000, "persistent": 40_000}
 KILL_DELAY_S = (0.3, 1.5)  # after the worker reports its partitions assigned
 FANOUT_EVERY = 10  # every 10th request fans out to 3 tasks
 PARTITIONS = 3
@@ -66,8 +66,9 @@ class CrashRun:
 
     @property
     def duplicate_bound_per_kill(self) -> int:
-        """What one kill can replay: the in-flight work backpressure allows, plus one poll batch."""
-        return self.spec.backpressure_high + self.spec.max_poll_records
+        """What one kill can replay: the in-flight work backpressure allows, plus one poll batch, and the
+        tasks awaiting the sink's confirmation."""
+        return self.spec.backpressure_high + self.spec.max_poll_records + self.spec.delivery_high
 
 
 

@@ -1,6 +1,6 @@
-"""Flow on the real broker: a partition flooded by fan-out is paused alone, the others flow; a
-hold does not leave the pool idle while outputs wait on a slow sink; a backlog is worked on
-every partition at once.
+"""Flow on the real broker: a partition flooded by fan-out is paused alone, the others flow; outputs
+waiting on a slow sink do not leave the pool idle, and what waits on a stalled one is bounded apart
+from the work; a backlog is worked on every partition at once.
 
 The worker holds (takes no messages) when its load reaches the high watermark. A partition
 whose own load is beyond what polling alone could bring — here one message fanning out to
@@ -89,17 +89,17 @@ class OutputPerTask(knarr.BaseHandler):
         return knarr.CollectResult(http=[knarr.HttpPayload(data={"name": result.task.metadata["name"]})])
 
 
-async def test_a_hold_ends_when_the_pool_idles_while_outputs_wait_on_a_slow_sink(kafka_bootstrap: str,
-                                                                                  http_server) -> None:
-    # High watermark 8, low 2, four messages a poll. The first four messages' outputs hang in the
-    # sink; the worker takes eight messages and holds. Once the other four are done, four messages
-    # are in flight (waiting on the sink), above the low watermark, and the pool has nothing to do:
-    # the hold ends there, rather than when the sink answers.
+async def test_outputs_waiting_on_a_slow_sink_leave_the_pool_no_idle_slot(kafka_bootstrap: str,
+                                                                           http_server) -> None:
+    # High watermark 8, low 2, four messages a poll; at most 6 tasks awaiting the sinks, resuming
+    # at 3. The first four messages' outputs hang in the sink; the worker takes eight messages and
+    # holds. Once the other four are done, the work is done and four tasks await the sink, above
+    # their low watermark, with the pool idle: the hold ends there, not when the sink answers.
     src, _ = topics(kafka_bootstrap)
     http_server.fail(200, -1, match="slow", hang=SINK_HANG_SECONDS)
     config = kafka_config(kafka_bootstrap, src, sinks={"http": {"out": {"url": http_server.url(), "timeout_seconds": 60}}},
                           executor={"max_executors": 1, "backpressure_high_multiplier": 8,
-                                    "backpressure_low_multiplier": 2})
+                                    "backpressure_low_multiplier": 2, "backpressure_delivery_multiplier": 6})
     config.kafka.max_poll_records = 4
     async with running(Worker(config, OutputPerTask())):
         started = time.monotonic()
@@ -115,6 +115,38 @@ async def test_a_hold_ends_when_the_pool_idles_while_outputs_wait_on_a_slow_sink
         await wait_until(lambda: len(names()) == 24, 30, "the slow outputs once the sink answers")
 
 
+STALLED_MESSAGES = 40
+
+
+async def test_what_waits_on_a_stalled_sink_is_bounded_apart_from_the_work(kafka_bootstrap: str, http_server) -> None:
+    # The sink's process is stopped (SIGSTOP): it takes connections and answers nothing. The work's
+    # watermark (8, one slot) alone would let the worker take every message, a few at a time, as
+    # their tasks end and their outputs pile up waiting on the sink; the tasks awaiting the sink
+    # have a bound of their own (2), and there the worker holds, its pool idle, until the sink
+    # answers again. At most: the work in flight when the bound is reached (8 + one poll of 2),
+    # and the 2 awaiting the sink.
+    src, _ = topics(kafka_bootstrap)
+    config = kafka_config(kafka_bootstrap, src, sinks={"http": {"out": {"url": http_server.url(), "timeout_seconds": 60}}},
+                          executor={"max_executors": 1, "backpressure_high_multiplier": 8,
+                                    "backpressure_low_multiplier": 4, "backpressure_delivery_multiplier": 2})
+    config.kafka.max_poll_records = 2
+    async with running(Worker(config, OutputPerTask())) as worker:
+        await wait_until(lambda: worker.processors, 30, "the partition's assignment")
+        http_server.pause()
+        try:
+            produce_json(kafka_bootstrap, src, [f"m{i}" for i in range(STALLED_MESSAGES)])
+            await wait_until(lambda: worker._delivering() >= 2, 30, "two tasks awaiting the stalled sink")
+            await asyncio.sleep(3)  # long enough for every task to run, were nothing holding the messages back
+            taken = sum(p.queued + p.ledger.in_flight for p in worker.processors.values())  # none has completed
+            assert worker._flow.hold and REGISTRY.get_sample_value("knarr_backpressure_active") == 1
+            assert REGISTRY.get_sample_value("knarr_tasks_delivering") == worker._delivering() == taken
+            assert taken <= 12, f"took {taken} of {STALLED_MESSAGES} messages while their outputs could not leave"
+        finally:
+            http_server.resume()
+        await wait_until(lambda: len(http_server.accepted()) == STALLED_MESSAGES, 60,
+                         "every output once the sink answers again")
+
+
 REPORT_TIMER_SECONDS = 2.0
 CONFIRMED_MESSAGES = 24
 
@@ -128,16 +160,17 @@ class KafkaOutputPerTask(OutputPerTask):
 
 async def test_a_hold_that_waits_only_on_the_brokers_confirmations_hears_of_them_without_the_timer(
         kafka_bootstrap: str, monkeypatch) -> None:
-    # High watermark 4, low 1, one slot: the worker takes four messages and holds. Their tasks end in
-    # milliseconds; then the four wait for the broker to confirm their outputs, with the pool idle and
-    # the load at the high watermark, so the hold can end only when those confirmations are heard of.
+    # High watermark 4, low 1, one slot, at most 4 tasks awaiting the sinks: the worker takes four
+    # messages and holds. Their tasks end in milliseconds; then the four wait for the broker to confirm
+    # their outputs, with the pool idle and the tasks awaiting the sinks at their high watermark, so
+    # the hold can end only when those confirmations are heard of.
     # The producer serves its reports from a timer when nothing is produced, stretched to 2 s here:
     # heard of by that timer, 24 messages would take six holds of about 2 s each.
     monkeypatch.setattr(producing, "REPORT_WAIT_SECONDS", REPORT_TIMER_SECONDS)
     src, out = topics(kafka_bootstrap)
     config = kafka_config(kafka_bootstrap, src, out_topic=out,
                           executor={"max_executors": 1, "backpressure_high_multiplier": 4,
-                                    "backpressure_low_multiplier": 1})
+                                    "backpressure_low_multiplier": 1, "backpressure_delivery_multiplier": 4})
     config.kafka.max_poll_records = 4
     async with running(Worker(config, KafkaOutputPerTask())) as worker:
         await wait_until(lambda: worker.processors, 30, "the partition's assignment")

@@ -119,8 +119,9 @@ class ExecutorConfig(Section):
     retry_backoff_max_seconds: float = Field(30, ge=0, le=DAY_SECONDS, description="Upper bound of a retry delay.")
     max_per_partition: int | None = Field(None, ge=1, le=MAX_EXECUTORS, description="Most pool slots one partition may hold at once (unset: no cap), so a hot partition cannot starve the others.")
     drain_timeout_seconds: float = Field(30, gt=0, le=3_600, description="Longest wait for in-flight work on shutdown or revoke; on timeout the final commit is skipped (replay instead of loss).")
-    backpressure_high_multiplier: int = Field(32, ge=1, le=1_000_000, description="Pause consumption when queued + in-flight messages reach max_executors x this.")
+    backpressure_high_multiplier: int = Field(32, ge=1, le=1_000_000, description="Pause consumption when queued messages + tasks in flight (waiting for a slot, running, in on_task_complete or between retries; not those whose outputs await a sink's confirmation, see backpressure_delivery_multiplier) reach max_executors x this.")
     backpressure_low_multiplier: int = Field(16, ge=1, le=1_000_000, description="Resume when they fall to max(1, max_executors x this), or sooner, under the high watermark, when a pool slot is free that no task or queued message waits for (outputs waiting on a slow sink then hold no slot idle). Half the high watermark by default, so the next poll lands while the pool still has work queued (a resume at 4 per slot left fast tasks idle for a poll's round trip).")
+    backpressure_delivery_multiplier: int = Field(64, ge=1, le=1_000_000, description="Tasks whose outputs await a sink's confirmation are bounded apart from the load above: consumption also pauses when they reach max_executors x this, and resumes when they fall to half of it, or sooner when a pool slot is free that no task or queued message waits for. Counted in the load, they filled it by themselves with tiny tasks (a broker confirms a record 5-10 ms after it is produced: at 20,000 tasks/s, 100-200 tasks). What a slow sink keeps in memory is bounded by this.")
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables added to every subprocess (tasks may add their own).")
     max_tasks_per_window: int = Field(10_000, ge=1, le=1_000_000, description="Most tasks one arrange() call may return; a larger result is refused and the window dead-lettered instead of buffered.")
     on_retries_exhausted: Literal["dlq", "discard"] = Field("dlq", description="A task whose on_error asked for RETRY and that has no attempt left: dead-letter its source messages (dlq) or count it as failed only (discard).")
@@ -186,6 +187,16 @@ class ExecutorConfig(Section):
     @property
     def backpressure_low(self) -> int:
         return max(1, self.max_executors * self.backpressure_low_multiplier)
+
+    @property
+    def delivery_high(self) -> int:
+        """Tasks awaiting a sink's confirmation at which consumption pauses."""
+        return self.max_executors * self.backpressure_delivery_multiplier
+
+    @property
+    def delivery_low(self) -> int:
+        """... and at which it resumes: half (0 when the bound is 1)."""
+        return self.delivery_high // 2
 
 
 class SinkBase(Section):

@@ -39,7 +39,7 @@ from knarr.api.handler import BaseHandler
 from knarr.api.tasks import ExecutorError, ExecutorResult
 from knarr.engine.execution import TaskExecutor, task_context
 from knarr.engine.hooks import Called, start_hook
-from knarr.engine.ledger import Failed, Outcome, Run, Succeeded
+from knarr.engine.ledger import Failed, Ledger, Outcome, Run, Succeeded
 from knarr.engine.native import Ended, NativeJob
 from knarr.engine.processes import ProcessOutcome, native_outcome, submit_native
 from knarr.engine.programs import Program, ProgramFailure
@@ -58,6 +58,7 @@ class Partition(Protocol):
     stats: RunStats
     log: Any
     completes_tasks: bool
+    ledger: Ledger
 
     def run_task(self, run: Run, granted: bool = False, first: Any = None) -> Coroutine[Any, Any, None]: ...
 
@@ -184,6 +185,7 @@ class _Direct:
         if plan is None:
             self._settle(0)
             return
+        processor.ledger.delivering_from(run)
         origin = Origin.of(processor.partition, [group.message for group in run.groups], "task", run.task.task_id)
         sink, payloads = plan[0]
         if len(plan) > 1 or not hasattr(sink, "begin"):

@@ -116,6 +116,7 @@ class Run:
     id: int = field(default_factory=lambda: next(_run_ids))
     attempt: int = 1
     part: set[int] | None = None  # the offsets its arrange() call answered for, when the window was split
+    delivering: bool = False  # its outputs are with the sinks, awaiting their confirmation
 
     @property
     def first_offset(self) -> int | None:
@@ -201,14 +202,20 @@ class Ledger:
         self.dead_letter_exhausted = dead_letter_exhausted
         self.watermark = OffsetWatermark()
         self.runs: dict[int, Run] = {}
+        self.delivering = 0  # of the runs, those whose outputs await the sinks' confirmation
         self.windows: set[Window] = set()
         self.untracked_offsets = 0  # source_offsets naming no open message of the window (ignored)
 
     # --- queries ----------------------------------------------------------------------------------
     @property
     def in_flight(self) -> int:
-        """Runs not yet settled (waiting for a slot, running, or between retries): backpressure counts them."""
+        """Runs not yet settled (waiting for a slot, running, between retries, or delivering)."""
         return len(self.runs)
+
+    @property
+    def working(self) -> int:
+        """Runs in flight whose outputs are not with the sinks yet: backpressure's load counts them."""
+        return len(self.runs) - self.delivering
 
     @property
     def settled(self) -> bool:
@@ -271,10 +278,20 @@ class Ledger:
             group.finished_at = time.monotonic()
         return [DeadLetter("arrange", reason, [g.message for g in groups], holds=groups)]
 
+    def delivering_from(self, run: Run) -> None:
+        """The run's outputs went to the sinks: until it settles it awaits their confirmation, counted apart
+        from the work (backpressure bounds the two apart, engine/backpressure.py)."""
+        if not run.delivering:
+            run.delivering = True
+            self.delivering += 1
+
     def settle(self, run: Run, outcome: Outcome) -> list[Effect]:
         """A run reached its terminal outcome (after on_task_complete and its deliveries, on success)."""
         if self.runs.pop(run.id, None) is None:
             raise KeyError(f"run {run.id} (task {run.task.task_id}) settled twice or was never scheduled")
+        if run.delivering:
+            run.delivering = False
+            self.delivering -= 1
         window = run.window
         window.open_runs -= 1
         effects: list[Effect] = []
@@ -346,6 +363,7 @@ class Ledger:
         """The partition was revoked or stopped: drop everything still open (it will be replayed)."""
         self.runs.clear()
         self.windows.clear()
+        self.delivering = 0
 
     # --- internals --------------------------------------------------------------------------------
     def _schedule(self, window: Window, tasks: list[ExecutorTask], parent: Run | None,

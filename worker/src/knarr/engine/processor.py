@@ -118,8 +118,14 @@ class PartitionProcessor:
 
     @property
     def load(self) -> int:
-        """Queued messages plus tasks in flight (waiting for a slot included): what backpressure counts."""
-        return self.queued + self.ledger.in_flight
+        """Queued messages plus the tasks in flight whose outputs are not with the sinks yet (waiting for a
+        slot included): what backpressure counts as work."""
+        return self.queued + self.ledger.working
+
+    @property
+    def delivering(self) -> int:
+        """Tasks whose outputs await the sinks' confirmation: backpressure bounds them apart from the work."""
+        return self.ledger.delivering
 
     @property
     def queued(self) -> int:
@@ -435,6 +441,8 @@ class PartitionProcessor:
                 "on_task_complete", self.handler.on_task_complete, result, log=self.log, **task_context(run.task))
             if called.raised:
                 return self.hook_failed(run, result, called.error)
+            if _outputs(called.value) is not None:
+                self.ledger.delivering_from(run)
             delivered = await self._deliver(called.value, "task", [g.message for g in run.groups], run.task.task_id)
         self.task_completed(run, started, delivered)
         return outcome

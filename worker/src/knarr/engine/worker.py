@@ -21,7 +21,7 @@ from knarr.cache.handler_cache import HandlerCache, attach_cache
 from knarr.config.librdkafka import ConsumerSettingsError, check_consumer_settings
 from knarr.config.loading import ConfigError
 from knarr.config.root import KnarrConfig
-from knarr.engine.backpressure import Flow, decide_flow, held_load, hold_ends
+from knarr.engine.backpressure import Flow, Watermarks, decide_flow, held_load, hold_ends
 from knarr.engine.execution import TaskExecutor
 from knarr.engine.hooks import call_hook
 from knarr.engine.periodic import run_periodic
@@ -63,6 +63,9 @@ class Worker:
         self.log = get_logger()
         self._running = False
         self._flow = Flow()
+        executor = config.executor
+        self._work_marks = Watermarks(executor.backpressure_high, executor.backpressure_low)
+        self._delivery_marks = Watermarks(executor.delivery_high, executor.delivery_low)
         self._flow_changes = Deduplicator(window_seconds=FLOW_LOG_SECONDS)
         self._held_since: float | None = None
         self._client_paused: set[int] = set()
@@ -112,6 +115,7 @@ class Worker:
         metrics.worker_info.info({"worker_id": self.worker_id, "version": VERSION, "consumer_group": cfg.kafka.consumer_group})
         # Read at scrape time: a gauge set twice per task cost more than every scrape together.
         metrics.tasks_in_flight.set_function(lambda: sum(p.inflight_tasks for p in list(self.processors.values())))
+        metrics.tasks_delivering.set_function(lambda: sum(p.delivering for p in list(self.processors.values())))
         if cfg.metrics.enabled:
             self.health = HealthServer(cfg.metrics.port, self._readiness, host=cfg.metrics.host,
                                        max_connections=cfg.metrics.max_connections, failure=self._failure)
@@ -321,18 +325,20 @@ class Worker:
     def _loads(self) -> dict[int, int]:
         return {p: proc.load for p, proc in self.processors.items()}
 
+    def _delivering(self) -> int:
+        return sum(proc.delivering for proc in self.processors.values())
+
     def _update_flow(self) -> bool:
         """Decide the flow state; True while the worker should hold (take no messages)."""
         assert self.source is not None
-        cfg = self.config.executor
-        loads = self._loads()
+        loads, delivering = self._loads(), self._delivering()
         idle = self._pool_idle()
-        flow = decide_flow(loads, self._flow, cfg.backpressure_high, cfg.backpressure_low,
-                           self.config.kafka.max_poll_records, idle)
+        flow = decide_flow(loads, self._flow, self._work_marks, self.config.kafka.max_poll_records, idle,
+                           delivering, self._delivery_marks)
         if flow.hold and idle and self.sinks is not None:
-            self.sinks.hurry()  # held with a slot idle: the load waits on the sinks' confirmations
+            self.sinks.hurry()  # held with a slot idle: what holds waits on the sinks' confirmations
         if flow != self._flow:
-            self._log_flow(flow, loads)
+            self._log_flow(flow, loads, delivering)
         self._flow = flow
         now = time.monotonic()
         if not flow.hold:
@@ -390,9 +396,9 @@ class Worker:
         holds the load up is past the executors: the sinks are asked to confirm deliveries sooner."""
         self._progress_due = False
         if self._flow.hold and not self._progress.is_set():
-            cfg = self.config.executor
             idle = self._pool_idle()
-            if hold_ends(held_load(self._loads(), self._flow), cfg.backpressure_high, cfg.backpressure_low, idle):
+            if hold_ends(held_load(self._loads(), self._flow), self._work_marks, idle, self._delivering(),
+                         self._delivery_marks):
                 self._progress.set()
             elif idle and self.sinks is not None:
                 self.sinks.hurry()
@@ -401,7 +407,7 @@ class Worker:
         """A slot is free and nothing waits for one: no task, and no message queued to make one."""
         return self.scheduler.idle_slot and not any(processor.queued for processor in self.processors.values())
 
-    def _log_flow(self, flow: Flow, loads: dict[int, int]) -> None:
+    def _log_flow(self, flow: Flow, loads: dict[int, int], delivering: int) -> None:
         """Each kind of change at most once per FLOW_LOG_SECONDS at INFO, with how often it changed meanwhile.
 
         Under steady load the hold flaps several times a second; a line per change would bury the log.
@@ -412,12 +418,13 @@ class Worker:
             metrics.labelled(metrics.backpressure_changes, kind).inc()
             if self.recorder is not None:
                 self.recorder.record("backpressure_on" if kind in ("hold", "isolate") else "backpressure_off",
-                                     data={"change": kind, "load": load, **fields})
+                                     data={"change": kind, "load": load, "delivering": delivering, **fields})
             emit, unlogged = self._flow_changes.seen(kind, now)
             if emit:
-                self.log.info(message, load=load, **({"repeated": unlogged} if unlogged else {}), **fields)
+                self.log.info(message, load=load, delivering=delivering,
+                              **({"repeated": unlogged} if unlogged else {}), **fields)
             else:
-                self.log.debug(message, load=load, **fields)
+                self.log.debug(message, load=load, delivering=delivering, **fields)
 
         if flow.hold != self._flow.hold:
             info("hold" if flow.hold else "release", "backpressure on: holding" if flow.hold else "backpressure off: consuming")
