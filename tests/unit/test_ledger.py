@@ -212,6 +212,22 @@ def test_a_replacement_is_registered_before_the_replaced_task_lets_go_of_its_gro
     assert effects[0].run.task.parent_task_id == first.task.task_id
 
 
+def test_a_task_whose_outputs_went_to_the_sinks_counts_as_delivering_not_as_work_until_it_settles():
+    ledger = Ledger(0)
+    window = ledger.take([_message(0), _message(1)])
+    first, second = [e.run for e in ledger.arranged(window, [ExecutorTask(source_offsets=[0]),
+                                                            ExecutorTask(source_offsets=[1])])]
+    assert (ledger.in_flight, ledger.working, ledger.delivering) == (2, 2, 0)
+    ledger.delivering_from(first)
+    ledger.delivering_from(first)  # handed over twice (a redelivery): still one
+    assert (ledger.in_flight, ledger.working, ledger.delivering) == (2, 1, 1)
+    ledger.settle(first, Succeeded(ExecutorResult(task=first.task, exit_code=0)))
+    assert (ledger.in_flight, ledger.working, ledger.delivering) == (1, 1, 0)
+    ledger.delivering_from(second)
+    ledger.forget()  # revoked: nothing is counted any more
+    assert (ledger.in_flight, ledger.working, ledger.delivering) == (0, 0, 0)
+
+
 def test_a_task_that_exhausts_its_retries_holds_its_offset_until_the_dead_letter_is_written():
     ledger = Ledger(0)
     window = ledger.take([_message(0)])
