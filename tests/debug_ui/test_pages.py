@@ -45,6 +45,7 @@ async def test_the_overview_shows_partitions_with_offsets_and_lag_the_pool_and_t
     await expect(row.locator("td").nth(4)).to_have_text("0")  # lag: all consumed
     await expect(page.get_by_test_id("stat-pool")).to_contain_text("0 / 2")
     await expect(page.get_by_test_id("stat-backpressure")).to_contain_text("flowing")
+    await expect(page.get_by_text("awaiting the sinks' confirmation")).to_be_visible()  # the second bound, beside the work's
     await expect(page.get_by_test_id("overview-events").locator("[data-testid=event-row]").first).to_be_visible()
     await expect(page.get_by_test_id("worker-name")).to_contain_text(debug_worker.worker.worker_id)
     await expect(page.get_by_test_id("ws-status")).to_have_text("live")

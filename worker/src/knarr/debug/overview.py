@@ -49,6 +49,7 @@ def overview(worker: Any, throughput: Throughput) -> dict[str, Any]:
             "lag": max(0, high - committed) if high is not None and committed is not None and committed >= 0 else None,
             "queued": len(proc._queue),
             "in_flight": proc.inflight_tasks,
+            "delivering": proc.delivering,  # of those, the tasks awaiting a sink's confirmation
             "stall": proc.stall or proc.failure,
         })
     recorder = worker.recorder
@@ -67,7 +68,11 @@ def overview(worker: Any, throughput: Throughput) -> dict[str, Any]:
             "waiting": scheduler.waiting_count if scheduler is not None else 0,
             "running": sorted(recorder.running.values(), key=lambda r: r["slot"]) if recorder is not None else [],
         },
-        "backpressure": {"paused": flow.hold, "partitions": sorted(flow.isolated | worker._client_paused)},
+        "backpressure": {"paused": flow.hold, "partitions": sorted(flow.isolated | worker._client_paused),
+                         "load": sum(proc.load for proc in worker.processors.values()),
+                         "high": cfg.executor.backpressure_high,
+                         "delivering": sum(proc.delivering for proc in worker.processors.values()),
+                         "delivery_high": cfg.executor.delivery_high},
         "throughput": throughput.rates(worker.stats.messages, worker.stats.tasks),
         "stats": worker.stats.as_dict(),
         "recorder": recorder.describe() if recorder is not None else None,

@@ -64,7 +64,11 @@ function render(root, o, latest) {
     h("div", { class: "columns" },
       card("Backpressure", bp.paused
         ? notice(`Paused: partitions ${(bp.partitions || []).join(", ")} wait for the pipeline to catch up.`, "warn", "backpressure-state")
-        : notice("Flowing: no partition is paused.", "good", "backpressure-state")),
+        : notice("Flowing: no partition is paused.", "good", "backpressure-state"),
+        kv([
+          ["work: queued + in flight", `${fmtNum(bp.load)} / ${fmtNum(bp.high)}`],
+          ["awaiting the sinks' confirmation", `${fmtNum(bp.delivering)} / ${fmtNum(bp.delivery_high)}`],
+        ])),
       card("Flight recorder", kv([
         ["events recorded", fmtNum(rec.events)],
         ["dropped (buffer full)", h("span", { class: rec.dropped > 0 ? "warn-text" : "" }, fmtNum(rec.dropped))],
