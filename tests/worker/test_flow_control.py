@@ -118,26 +118,39 @@ async def test_outputs_waiting_on_a_slow_sink_leave_the_pool_no_idle_slot(kafka_
 STALLED_MESSAGES = 40
 
 
-async def test_what_waits_on_a_stalled_sink_is_bounded_apart_from_the_work(kafka_bootstrap: str, http_server) -> None:
+class OutputPerMessage(OutputPerTask):
+    """OutputPerTask's output made by on_message_complete instead: its task has none of its own."""
+
+    async def on_task_complete(self, result):
+        return None
+
+    async def on_message_complete(self, group):
+        return knarr.CollectResult(http=[knarr.HttpPayload(data={"name": json.loads(group.source_message.value)})])
+
+
+@pytest.mark.parametrize("handler", [OutputPerTask, OutputPerMessage], ids=["task outputs", "message outputs"])
+async def test_what_waits_on_a_stalled_sink_is_bounded_apart_from_the_work(kafka_bootstrap: str, http_server,
+                                                                           handler) -> None:
     # The sink's process is stopped (SIGSTOP): it takes connections and answers nothing. The work's
     # watermark (8, one slot) alone would let the worker take every message, a few at a time, as
-    # their tasks end and their outputs pile up waiting on the sink; the tasks awaiting the sink
-    # have a bound of their own (2), and there the worker holds, its pool idle, until the sink
-    # answers again. At most: the work in flight when the bound is reached (8 + one poll of 2),
-    # and the 2 awaiting the sink.
+    # their tasks end and their outputs pile up waiting on the sink; what awaits the sink has a
+    # bound of its own (2), and there the worker holds, its pool idle, until the sink answers
+    # again. At most: the work in flight when the bound is reached (8 + one poll of 2), and the 2
+    # awaiting the sink. The same whether the outputs are a task's or its message's.
     src, _ = topics(kafka_bootstrap)
     config = kafka_config(kafka_bootstrap, src, sinks={"http": {"out": {"url": http_server.url(), "timeout_seconds": 60}}},
                           executor={"max_executors": 1, "backpressure_high_multiplier": 8,
                                     "backpressure_low_multiplier": 4, "backpressure_delivery_multiplier": 2})
     config.kafka.max_poll_records = 2
-    async with running(Worker(config, OutputPerTask())) as worker:
+    async with running(Worker(config, handler())) as worker:
         await wait_until(lambda: worker.processors, 30, "the partition's assignment")
         http_server.pause()
         try:
             produce_json(kafka_bootstrap, src, [f"m{i}" for i in range(STALLED_MESSAGES)])
             await wait_until(lambda: worker._delivering() >= 2, 30, "two tasks awaiting the stalled sink")
             await asyncio.sleep(3)  # long enough for every task to run, were nothing holding the messages back
-            taken = sum(p.queued + p.ledger.in_flight for p in worker.processors.values())  # none has completed
+            # none has completed: the taken are queued, in flight, or closing with their outputs at the sink
+            taken = sum(p.queued + p.ledger.in_flight + p._closing_deliveries for p in worker.processors.values())
             assert worker._flow.hold and REGISTRY.get_sample_value("knarr_backpressure_active") == 1
             assert REGISTRY.get_sample_value("knarr_tasks_delivering") == worker._delivering() == taken
             assert taken <= 12, f"took {taken} of {STALLED_MESSAGES} messages while their outputs could not leave"

@@ -4,7 +4,8 @@ Two counts decide, each with a high and a low watermark:
 
 - the **load**: a partition's queued messages plus its tasks in flight that still have work to do
   (waiting for a slot, running, in ``on_task_complete``, between retries);
-- the **deliveries**: tasks whose outputs are with the sinks, awaiting their confirmation. They
+- the **deliveries**: tasks whose outputs are with the sinks, awaiting their confirmation (and
+  the outputs of ``on_message_complete`` and ``on_window_complete`` that are, one each). They
   are bounded apart because how many there are is the task rate times the sinks' latency, not a
   matter of slots: a broker confirms a record 5-10 ms after it is produced, so at 20,000 tiny
   tasks a second 100-200 tasks wait on it, and counted in the load they filled it by themselves

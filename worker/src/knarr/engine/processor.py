@@ -86,6 +86,7 @@ class PartitionProcessor:
         self._settled = asyncio.Event()
         self._settled.set()
         self._children: set[asyncio.Task] = set()
+        self._closing_deliveries = 0  # on_message_complete's and on_window_complete's outputs with the sinks
         self._loop_task: asyncio.Task | None = None
         self._restarts = 0
         self._current: tuple[list[SourceMessage], Window | None] | None = None  # the window being formed
@@ -124,8 +125,9 @@ class PartitionProcessor:
 
     @property
     def delivering(self) -> int:
-        """Tasks whose outputs await the sinks' confirmation: backpressure bounds them apart from the work."""
-        return self.ledger.delivering
+        """Tasks whose outputs await the sinks' confirmation, and messages' and windows' outputs that do:
+        backpressure bounds them apart from the work."""
+        return self.ledger.delivering + self._closing_deliveries
 
     @property
     def queued(self) -> int:
@@ -522,7 +524,15 @@ class PartitionProcessor:
             return 0
         # A payload naming no configured sink raises SinkResolutionError, a FatalError: a handler bug
         # stops the worker before anything of it is committed.
-        delivered = await self.sinks.deliver(collect, Origin.of(self.partition, messages, stage, task_id))
+        counted = stage != "task"  # (a task's are counted as its run's, ledger.delivering_from)
+        if counted:  # a message's or a window's outputs: no run of theirs counts them, so they are counted here
+            self._closing_deliveries += 1
+        try:
+            delivered = await self.sinks.deliver(collect, Origin.of(self.partition, messages, stage, task_id))
+        finally:
+            if counted:
+                self._closing_deliveries -= 1
+                self.on_progress()  # a hold on the deliveries may be over
         self.stats.outputs += delivered
         return delivered
 

@@ -24,8 +24,9 @@ task_duration = LoopHistogram("knarr_task_duration_seconds", "Subprocess wall-cl
 task_timeouts = Counter("knarr_task_timeouts_total", "Subprocesses killed at their deadline")
 task_output_truncated = Counter("knarr_task_output_truncated_total", "Subprocesses whose stdout or stderr passed executor.max_output_bytes")
 tasks_in_flight = Gauge("knarr_tasks_in_flight", "Tasks scheduled and not yet terminal")
-tasks_delivering = Gauge("knarr_tasks_delivering", "Tasks in flight whose outputs await a sink's confirmation "
-                         "(bounded by executor.backpressure_delivery_multiplier)")
+tasks_delivering = Gauge("knarr_tasks_delivering", "Tasks in flight whose outputs await a sink's confirmation, and "
+                         "message and window hooks' outputs that do (bounded by "
+                         "executor.backpressure_delivery_multiplier)")
 persistent_programs = Gauge("knarr_persistent_programs", "Persistent executor programs alive")
 persistent_starts = Counter("knarr_persistent_program_starts_total", "Persistent executor programs started")
 persistent_exits = Counter("knarr_persistent_program_exits_total", "Persistent executor programs stopped or lost, by why", ["reason"])  # max_tasks|max_idle|max_rss|evicted|shutdown|timeout|crash|protocol|cancelled
