@@ -71,7 +71,7 @@ def overview(worker: Any, throughput: Throughput) -> dict[str, Any]:
         "backpressure": {"paused": flow.hold, "partitions": sorted(flow.isolated | worker._client_paused),
                          "load": sum(proc.load for proc in worker.processors.values()),
                          "high": cfg.executor.backpressure_high,
-                         "delivering": sum(proc.delivering for proc in worker.processors.values()),
+                         "delivering": worker._delivering(),
                          "delivery_high": cfg.executor.delivery_high},
         "throughput": throughput.rates(worker.stats.messages, worker.stats.tasks),
         "stats": worker.stats.as_dict(),

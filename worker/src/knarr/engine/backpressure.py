@@ -56,27 +56,25 @@ class Watermarks:
         return count <= self.low or (pool_idle and count < self.high)
 
 
-def decide_flow(loads: dict[int, int], previous: Flow, work: Watermarks, batch: int, pool_idle: bool = False,
-                delivering: int = 0, delivery: Watermarks | None = None) -> Flow:
-    """The flow state now, given each partition's load, the tasks awaiting the sinks (``delivering``,
-    bounded by ``delivery``; None: not at all), the state before (hysteresis), and whether the pool has
-    a slot free that nothing waits for."""
+def decide_flow(loads: dict[int, int], previous: Flow, work: Watermarks, batch: int, pool_idle: bool,
+                delivering: int, delivery: Watermarks) -> Flow:
+    """The flow state now, given each partition's load (bounded by ``work``), the tasks awaiting the
+    sinks (``delivering``, bounded by ``delivery``), the state before (hysteresis), and whether the
+    pool has a slot free that nothing waits for."""
     flooded_at = work.high + batch
     isolated = frozenset(
         p for p, load in loads.items()
         if load >= flooded_at or (p in previous.isolated and load > work.low)
     )
     rest = sum(load for p, load in loads.items() if p not in isolated)
-    delivery_full = delivery is not None and delivering >= delivery.high
-    hold = rest >= work.high or delivery_full or (
+    hold = rest >= work.high or delivering >= delivery.high or (
         previous.hold and not hold_ends(rest, work, pool_idle, delivering, delivery))
     return Flow(hold, isolated)
 
 
-def hold_ends(load: int, work: Watermarks, pool_idle: bool, delivering: int = 0,
-              delivery: Watermarks | None = None) -> bool:
+def hold_ends(load: int, work: Watermarks, pool_idle: bool, delivering: int, delivery: Watermarks) -> bool:
     """Whether a hold is over: the load and the deliveries both let it end."""
-    return work.released(load, pool_idle) and (delivery is None or delivery.released(delivering, pool_idle))
+    return work.released(load, pool_idle) and delivery.released(delivering, pool_idle)
 
 
 def held_load(loads: dict[int, int], flow: Flow) -> int:
