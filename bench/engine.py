@@ -18,8 +18,12 @@ message, default settings:
   - the flight recorder's cost: throughput with debug off and on, alternating (bench/recorder.py)
                                                                              target <= 5 %
 
-The machine is shared: the C floor, (a), (b) and persistent mode each run twice, apart in time, and
-each figure is the better of its two runs (both printed), so that a ratio sets like against like.
+The machine is shared, and two runs of one thing spread by 10-40 % on a busy one: the two ratios are
+read from rounds (--rounds, default 4). A round runs the C floor, (b) and persistent mode back to
+back (the order alternating from round to round), so each round's ratios set like against like on
+nearly the same machine; the verdict is the median of the rounds' ratios, printed with each round's
+and a bootstrap interval of the median (bench/rounds.py); the round nearest the median is shown in
+detail. (a) runs twice, before and after the diagnostics, and reads the better run.
 
 Then the details:
 
@@ -57,6 +61,7 @@ import os
 import pstats
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -78,6 +83,7 @@ from knarr.engine.processes import run_process  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.loop_lag import LoopLagProbe  # noqa: E402
 from knarr.sources.kafka import KafkaSource  # noqa: E402
+from rounds import median_interval, nearest_median  # noqa: E402
 
 from tests.services.kafka import create_topic, end_offsets, ensure_kafka, produce_json, unique_name  # noqa: E402
 
@@ -88,6 +94,7 @@ BINARY = "/bin/echo"
 TASK_ENV = task_environment(ExecutorConfig().env_inherit, os.environ, {})
 PARTITIONS = 4
 TARGET_FLOOR_RATIO = 0.9
+TARGET_PERSISTENT_RATIO = 10.0  # persistent mode / spawn mode (bench/persistent.py reads it too)
 TARGET_CPU_US = 150.0
 TARGET_LAG_P99_MS = 5.0
 LAG_PROBE_SECONDS = 0.01
@@ -416,65 +423,128 @@ async def python_floor_row(bootstrap: str, messages: int, max_executors: int) ->
     return await persistent.python_floor(bootstrap, messages, max_executors)
 
 
-def report(args: argparse.Namespace, spawns: list[Figure], a_ref: Figure, floor: Figure | None, b: Figure,
-           b_unpaused: Figure | None, kept: Figure | None, messages: int, a_thread: Figure | None = None,
-           b_thread: Figure | None = None, paced: Figure | None = None, least: Figure | None = None,
-           polled: Figure | None = None, b_runs: list[Figure] | None = None,
-           kept_runs: list[Figure] | None = None) -> None:
-    """The figures; where a figure had two runs (the floor, (a), (b), persistent mode), the better one,
-    the machine being shared: the better of two runs is nearer what it allows, for each figure alike."""
+@dataclass
+class Round:
+    """One round of the headline runs, back to back: the C floor, spawn mode (b), persistent mode."""
+
+    floor: Figure | None
+    b: Figure
+    kept: Figure | None
+
+    @property
+    def floor_ratio(self) -> float | None:
+        return self.b.rate / self.floor.rate if self.floor is not None else None
+
+    @property
+    def kept_ratio(self) -> float | None:
+        return self.kept.rate / self.b.rate if self.kept is not None else None
+
+
+async def run_round(number: int, total: int, bootstrap: str, topic: str, ends: dict[int, int],
+                    args: argparse.Namespace, persistent_messages: int) -> Round:
+    """The C floor, spawn mode (b) and persistent mode, back to back: in that order in odd rounds, the other
+    way round in even ones, so that a drift of the machine over the bench weighs on each side alike."""
+    figures: dict[str, Figure | None] = {}
+
+    async def floor() -> None:
+        print(f"round {number} of {total}: the same spawns from C (the floor) ...", file=sys.stderr)
+        figures["floor"] = c_spawn_floor(args.spawns, args.max_executors)
+
+    async def spawn_mode() -> None:
+        print(f"round {number} of {total}: (b) engine end to end ...", file=sys.stderr)
+        figures["b"] = (await engine_run(bootstrap, topic, ends, args.max_executors))[0]
+
+    async def persistent_mode() -> None:
+        figures["kept"] = None
+        if persistent_messages:
+            print(f"round {number} of {total}: persistent mode, same workload ...", file=sys.stderr)
+            figures["kept"] = await persistent_row(bootstrap, persistent_messages, args.max_executors)
+
+    steps = [floor, spawn_mode, persistent_mode]
+    for step in steps if number % 2 else reversed(steps):
+        await step()
+    return Round(figures["floor"], figures["b"], figures["kept"])
+
+
+def judged(label: str, values: list[float], target: float, shape: str, target_text: str) -> None:
+    """A ratio's verdict from its rounds: the median against ``target``, then the rounds' values sorted and
+    where the median lies with 95 % confidence."""
+    middle = statistics.median(values)
+    low, high = median_interval(values)
+    print(f"  {label:58}{shape.format(middle):>14}  {'>= ' + target_text:>10}  "
+          f"{verdict(middle >= target)}")
+    print(f"  {'    the rounds, sorted (the median: 95 % between)':58}"
+          f"{', '.join(shape.format(v) for v in sorted(values))}  ({shape.format(low)} to {shape.format(high)})")
+
+
+def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], a_ref: Figure,
+           b_unpaused: Figure | None, a_thread: Figure | None = None, b_thread: Figure | None = None,
+           paced: Figure | None = None, least: Figure | None = None, polled: Figure | None = None) -> None:
+    """The figures. The two ratios are read from rounds (a C floor, spawn mode and persistent mode back to
+    back): the median of the rounds' ratios is the verdict, a bootstrap interval beside it; the round
+    nearest that median is shown in detail. (a) ran twice, before and after the rounds but the first: the better."""
     a = max(spawns, key=lambda f: f.rate)  # the machine is shared: the better of two runs is the ceiling
+    messages = args.messages
     print(f"\nengine bench: {os.cpu_count()} cores, max_executors={args.max_executors}, binary={BINARY}, "
-          f"{messages} messages on {PARTITIONS} partitions, python {sys.version.split()[0]}, "
+          f"{messages} messages on {PARTITIONS} partitions, {len(rounds)} rounds, python {sys.version.split()[0]}, "
           f"load average {os.getloadavg()[0]:.2f}")
     print(f"  {'figure':58}{'value':>14}  {'target':>10}  verdict")
-    if floor is not None:
-        print(f"  {'C spawn floor: the same spawns from C (best of before/after b)':58}{floor.rate:>10.0f} /s")
-    print(f"  {'spawn mode: engine end to end, Kafka -> task -> Kafka (b)':58}{b.rate:>10.0f} /s")
-    if b_runs and len(b_runs) > 1:
-        print(f"  {'    the two runs (the first between the floors, best of two)':58}"
-              f"{' / '.join(f'{f.rate:.0f}' for f in b_runs):>14}")
+    floored = [r for r in rounds if r.floor is not None]
+    shown = floored[nearest_median([r.floor_ratio for r in floored])] if floored else \
+        rounds[nearest_median([r.b.rate for r in rounds])]
+    floor, b = shown.floor, shown.b
+    if floored:
+        ratios = [r.floor_ratio for r in floored]
+        print(f"  {'the rounds: C spawn floor / spawn mode, end to end (b)':58}"
+              f"{', '.join(f'{r.floor.rate:.0f} / {r.b.rate:.0f}' for r in floored)}  /s")
+        judged(f"spawn mode / C floor: the median of {len(ratios)} rounds", ratios, TARGET_FLOOR_RATIO, "{:.2f}",
+               format(TARGET_FLOOR_RATIO, "g"))
+        print(f"  {'    the round nearest the median: C floor, spawn mode':58}{floor.rate:>6.0f}, {b.rate:.0f} /s")
+    else:
+        print(f"  {'spawn mode: engine end to end (b), the rounds':58}{', '.join(f'{r.b.rate:.0f}' for r in rounds)}  /s"
+              "  (no C compiler: no floor)")
     if b_thread is not None:
         print(f"  {'    the same with executor.spawner: thread':58}{b_thread.rate:>10.0f} /s  "
               f"({b_thread.cpu_us:.0f} us CPU/task; native runner: {b.cpu_us - b_thread.cpu_us:+.0f} us)")
-    if floor is not None:
-        ratio = b.rate / floor.rate
-        print(f"  {'spawn mode / C floor':58}{ratio:>14.2f}  {'>= ' + format(TARGET_FLOOR_RATIO, 'g'):>10}  "
-              f"{verdict(ratio >= TARGET_FLOOR_RATIO)}")
     ceiling(floor, b)
-    print(f"  {'worker CPU per task, children excluded (d)':58}{b.cpu_us:>10.0f} us  "
-          f"{'<= ' + format(TARGET_CPU_US, 'g') + ' us':>10}  {verdict(b.cpu_us <= TARGET_CPU_US)}")
-    lag = b.lag_p99_ms
-    if lag is not None:
-        print(f"  {'event loop lag p99 under full load':58}{lag:>10.1f} ms  "
-              f"{'<= ' + format(TARGET_LAG_P99_MS, 'g') + ' ms':>10}  {verdict(lag <= TARGET_LAG_P99_MS)}")
-    if kept is not None:
-        print(f"  {f'persistent mode, same workload, {kept.count} messages':58}{kept.rate:>10.0f} /s  "
-              f"{'>= 10x':>10}  {verdict(kept.rate >= 10 * b.rate)}")
-        if kept_runs and len(kept_runs) > 1:
-            print(f"  {'    the two runs (best of two)':58}{' / '.join(f'{f.rate:.0f}' for f in kept_runs):>14}")
-        print(f"  {'    persistent / spawn mode':58}{kept.rate / b.rate:>13.1f}x")
+    cpu_us = statistics.median(r.b.cpu_us for r in rounds)
+    print(f"  {'worker CPU per task, children excluded (d), median':58}{cpu_us:>10.0f} us  "
+          f"{'<= ' + format(TARGET_CPU_US, 'g') + ' us':>10}  {verdict(cpu_us <= TARGET_CPU_US)}")
+    lags = [r.b.lag_p99_ms for r in rounds if r.b.lag_p99_ms is not None]
+    if lags:
+        print(f"  {'event loop lag p99 under full load, the worst round':58}{max(lags):>10.1f} ms  "
+              f"{'<= ' + format(TARGET_LAG_P99_MS, 'g') + ' ms':>10}  {verdict(max(lags) <= TARGET_LAG_P99_MS)}")
+    kept_rounds = [r for r in rounds if r.kept is not None]
+    if kept_rounds:
+        ratios = [r.kept_ratio for r in kept_rounds]
+        chosen = kept_rounds[nearest_median(ratios)]
+        kept, spawned = chosen.kept, chosen.b
+        print(f"  {f'the rounds: persistent mode ({kept.count} messages) / spawn mode':58}"
+              f"{', '.join(f'{r.kept.rate:.0f} / {r.b.rate:.0f}' for r in kept_rounds)}  /s")
+        judged(f"persistent / spawn mode: the median of {len(ratios)} rounds", ratios, TARGET_PERSISTENT_RATIO,
+               "{:.1f}x", f"{TARGET_PERSISTENT_RATIO:g}x")
+        print(f"  {'    the round nearest the median: persistent, spawn mode':58}{kept.rate:>6.0f}, {spawned.rate:.0f} /s")
         print(f"  {'    worker CPU per task, persistent mode':58}{kept.cpu_us:>10.0f} us")
-        persistent_ceiling(kept, b)
+        persistent_ceiling(kept, spawned)
         if paced is not None and paced.loop_cpu_seconds and kept.loop_cpu_seconds:
             print(f"  {'    persistent mode paced to spawn mode (tasks wait, asleep)':58}{paced.rate:>10.0f} /s")
             print(f"  {'    its event loop CPU per task, against at full speed':58}"
-                  f"{paced.loop_us:>10.0f} us  ({kept.loop_us:.0f} us; spawn mode's: {b.loop_us:.0f} us)")
+                  f"{paced.loop_us:>10.0f} us  ({kept.loop_us:.0f} us; spawn mode's: {spawned.loop_us:.0f} us)")
         if polled is not None:
             print(f"  {'    its programs polling stdin, then blocking (poll_seconds)':58}{polled.rate:>10.0f} /s  "
-                  f"= {polled.rate / b.rate:.1f} x spawn mode, {polled.cpu_us:.0f} us CPU/task")
+                  f"= {polled.rate / spawned.rate:.1f} x spawn mode, {polled.cpu_us:.0f} us CPU/task")
             print(f"  {'    the loop, the program: CPU per task, polling against not':58}"
                   f"{polled.loop_us:>6.0f}, {polled.children_us:.0f} us  ({kept.loop_us:.0f}, {kept.children_us:.0f} us)")
         if least is not None:
             print(f"  {'    the Python floor: no engine (bench/python_floor.py)':58}{least.rate:>10.0f} /s  "
-                  f"= {least.rate / b.rate:.1f} x spawn mode, {least.cpu_us:.0f} us CPU/task")
+                  f"= {least.rate / spawned.rate:.1f} x spawn mode, {least.cpu_us:.0f} us CPU/task")
             print(f"  {'    persistent mode / the Python floor':58}{kept.rate / least.rate:>14.2f}  "
                   f"({kept.cpu_us / least.cpu_us:.1f} x its CPU per task)")
     else:
         why = "(skipped: --skip-persistent)" if args.skip_persistent else "(bench/persistent.py not present)"
         print(f"  {'persistent mode':58}{why:>14}")
     print("  details:")
-    print(f"  {'(a) raw spawn rate, run_process (best of before/after b)':58}{a.rate:>10.0f} /s")
+    print(f"  {'(a) raw spawn rate, run_process (the better of two runs)':58}{a.rate:>10.0f} /s")
     print(f"  {'    the two runs':58}{' / '.join(f'{f.rate:.0f}' for f in spawns):>14}")
     print(f"  {'    parent CPU per spawn, run_process':58}{a.cpu_us:>10.0f} us")
     if a_thread is not None:
@@ -588,6 +658,9 @@ async def main() -> int:
                              "weigh on it about 8 times as much as on spawn mode's")
     parser.add_argument("--spawns", type=int, default=10_000, help="processes spawned for (a)")
     parser.add_argument("--max-executors", type=int, default=2 * (os.cpu_count() or 1))
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="rounds of the C floor, spawn mode (b) and persistent mode back to back, their order "
+                             "alternating; each round gives the two ratios, and the verdicts read their medians")
     parser.add_argument("--profile-messages", type=int, default=5_000, help="0: skip the profiled run")
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--skip-unpaused", action="store_true",
@@ -603,9 +676,10 @@ async def main() -> int:
     args = parser.parse_args()
 
     bootstrap = args.bootstrap or ensure_kafka()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be 1 or more, got {args.rounds}")
     print("pre-filling topics ...", file=sys.stderr)
-    topic, ends = prefill(bootstrap, args.messages)
-    again_topic, again_ends = prefill(bootstrap, args.messages)
+    round_topics = [prefill(bootstrap, args.messages) for _ in range(args.rounds)]
     runner = native.for_config("auto")  # spawn mode's default: None where the native runner is not built
     thread_topic, thread_ends = prefill(bootstrap, args.messages) if runner is not None else ("", {})
     unpaused_topic, unpaused_ends = prefill(bootstrap, args.messages) if not args.skip_unpaused else ("", {})
@@ -614,21 +688,21 @@ async def main() -> int:
     if warm_up > 0:
         print(f"warm-up: {warm_up} messages through the engine, untimed ...", file=sys.stderr)
         await engine_run(bootstrap, *prefill(bootstrap, warm_up), args.max_executors)
+    many = 0
+    if not args.skip_persistent:
+        from persistent import persistent_count  # (it imports this module: not at the top)
+        many = persistent_count(args.messages, args.persistent_messages)
 
-    print("floor: the same spawns from C ...", file=sys.stderr)
-    floors = [c_spawn_floor(args.spawns, args.max_executors)]
+    rounds = [await run_round(1, args.rounds, bootstrap, *round_topics[0], args, many)]
+    first = rounds[0]
     print("(a) raw spawn rate ...", file=sys.stderr)
     spawns = [await spawn_rate(args.spawns, args.max_executors, runner)]
-    print("(b) engine end to end ...", file=sys.stderr)
-    engines = [(await engine_run(bootstrap, topic, ends, args.max_executors))[0]]
     a_thread = b_thread = None
     if runner is not None:
         print("    (a) and (b) through the spawner thread ...", file=sys.stderr)
         a_thread = await spawn_rate(args.spawns, args.max_executors)
         b_thread, _ = await engine_run(bootstrap, thread_topic, thread_ends, args.max_executors,
                                        executor={"spawner": "thread"})
-    print("(a) raw spawn rate, again ...", file=sys.stderr)
-    spawns.append(await spawn_rate(args.spawns, args.max_executors, runner))
     b_unpaused = None
     if not args.skip_unpaused:
         print("    diagnostic: (b) with the backpressure pause out of reach ...", file=sys.stderr)
@@ -636,39 +710,26 @@ async def main() -> int:
         b_unpaused, _ = await engine_run(bootstrap, unpaused_topic, unpaused_ends, args.max_executors, executor=never)
     print("    reference: asyncio subprocess spawn rate ...", file=sys.stderr)
     a_ref = await asyncio_spawn_rate(args.spawns, args.max_executors)
-    print("floor: the same spawns from C, again ...", file=sys.stderr)
-    floors.append(c_spawn_floor(args.spawns, args.max_executors))
-    floor = max((f for f in floors if f is not None), key=lambda f: f.rate, default=None)  # the better of two
-    print("(b) engine end to end, again ...", file=sys.stderr)
-    engines.append((await engine_run(bootstrap, again_topic, again_ends, args.max_executors))[0])
-    b = max(engines, key=lambda f: f.rate)  # the better of two, as for the floor it is set against
-    kept = paced = least = polled = None
-    kept_runs: list[Figure] = []
-    if not args.skip_persistent:
-        print("    persistent mode, same workload ...", file=sys.stderr)
-        from persistent import persistent_count  # (it imports this module: not at the top)
-        many = persistent_count(args.messages, args.persistent_messages)
-        kept = await persistent_row(bootstrap, many, args.max_executors)
-        if kept is not None:
-            kept_runs.append(kept)
-            # Held to spawn mode's rate: each task sleeps in its program for what a slot's turn takes at
-            # that rate beyond what it takes at full speed. No process is spawned, so the event loop's CPU
-            # per task is what the same bookkeeping costs at that pace (a loop that sleeps between tasks
-            # wakes to cold caches, and pays for it on every task).
-            print("    persistent mode paced to spawn mode's rate ...", file=sys.stderr)
-            wait = max(0.0, args.max_executors / b.rate - args.max_executors / kept.rate)
-            paced = await persistent_row(bootstrap, max(1, args.messages // 2), args.max_executors, wait * 1e6)
-            # knarr.task's poll_seconds: after each answer the program looks for its next request before it
-            # blocks, so the loop's write of a request wakes nobody (docs/performance.md says what that costs).
-            print(f"    persistent mode, its programs polling stdin for {POLL_US / 1000:g} ms ...", file=sys.stderr)
-            polled = await persistent_row(bootstrap, many, args.max_executors, poll_us=POLL_US)
-            print("    persistent mode's floor in Python, same workload ...", file=sys.stderr)
-            least = await python_floor_row(bootstrap, many, args.max_executors)
-            print("    persistent mode, again ...", file=sys.stderr)
-            kept_runs.append(await persistent_row(bootstrap, many, args.max_executors))
-            kept = max(kept_runs, key=lambda f: f.rate)  # the better of two, as spawn mode's
-    report(args, spawns, a_ref, floor, b, b_unpaused, kept, args.messages, a_thread, b_thread, paced, least, polled,
-           engines, kept_runs)
+    paced = least = polled = None
+    if first.kept is not None:
+        # Held to spawn mode's rate: each task sleeps in its program for what a slot's turn takes at
+        # that rate beyond what it takes at full speed. No process is spawned, so the event loop's CPU
+        # per task is what the same bookkeeping costs at that pace (a loop that sleeps between tasks
+        # wakes to cold caches, and pays for it on every task).
+        print("    persistent mode paced to spawn mode's rate ...", file=sys.stderr)
+        wait = max(0.0, args.max_executors / first.b.rate - args.max_executors / first.kept.rate)
+        paced = await persistent_row(bootstrap, max(1, args.messages // 2), args.max_executors, wait * 1e6)
+        # knarr.task's poll_seconds: after each answer the program looks for its next request before it
+        # blocks, so the loop's write of a request wakes nobody (docs/performance.md says what that costs).
+        print(f"    persistent mode, its programs polling stdin for {POLL_US / 1000:g} ms ...", file=sys.stderr)
+        polled = await persistent_row(bootstrap, many, args.max_executors, poll_us=POLL_US)
+        print("    persistent mode's floor in Python, same workload ...", file=sys.stderr)
+        least = await python_floor_row(bootstrap, many, args.max_executors)
+    print("(a) raw spawn rate, again ...", file=sys.stderr)
+    spawns.append(await spawn_rate(args.spawns, args.max_executors, runner))
+    for number in range(2, args.rounds + 1):
+        rounds.append(await run_round(number, args.rounds, bootstrap, *round_topics[number - 1], args, many))
+    report(args, rounds, spawns, a_ref, b_unpaused, a_thread, b_thread, paced, least, polled)
 
     if args.recorder_messages:
         print("flight recorder off and on, alternating (bench/recorder.py) ...", file=sys.stderr)

@@ -49,6 +49,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
 import knarr  # noqa: E402
+from engine import TARGET_PERSISTENT_RATIO as TARGET_RATIO  # noqa: E402
 from engine import Figure, TimedSource, cpu_self, persistent_ceiling, prefill, stat_cpu_seconds  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.engine import event_loop  # noqa: E402
@@ -63,7 +64,6 @@ from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa
 
 SPAWN_BINARY = "/bin/echo"
 ECHO_PROGRAM = [sys.executable, str(BENCH / "echo_task.py")]
-TARGET_RATIO = 10.0
 # Persistent mode runs this many times spawn mode's messages, so that its runs last about as long
 # and what a run pays once (programs starting, the first fetch, the last commit) weighs alike.
 PERSISTENT_RUN_FACTOR = 5

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from engine import BINARY, TimedSource, TrueHandler, cpu_self, prefill  # noqa: E402  (make bench's workload and clock)
+from rounds import median_interval  # noqa: E402
 
 TARGET_COST_PERCENT = 5.0
 MESSAGES = 8_000
@@ -100,9 +100,7 @@ class RecorderOverhead:
 
     def interval(self, draws: int = 10_000) -> tuple[float, float]:
         """Where the median of the pairs' costs lies with 95 % confidence (a bootstrap over the pairs)."""
-        costs, pick = self.costs(), random.Random(0)
-        medians = sorted(statistics.median(pick.choices(costs, k=len(costs))) for _ in range(draws))
-        return medians[int(draws * 0.025)], medians[int(draws * 0.975) - 1]
+        return median_interval(self.costs(), draws)
 
     @property
     def ok(self) -> bool:

@@ -19,13 +19,15 @@ ENGINE_BENCH = Path(__file__).resolve().parents[2] / "bench" / "engine.py"
 def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_table(kafka_bootstrap):
     proc = subprocess.run(
         [sys.executable, str(ENGINE_BENCH), "--messages", "300", "--spawns", "200", "--profile-messages", "100",
-         "--recorder-messages", "200", "--bootstrap", kafka_bootstrap],
+         "--recorder-messages", "200", "--rounds", "2", "--bootstrap", kafka_bootstrap],
         capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = proc.stdout
-    for row in ("spawn mode: engine end to end", "spawn mode / C floor", "worker CPU per task, children excluded",
-                "event loop lag p99 under full load", "persistent / spawn mode",
+    for row in ("the rounds: C spawn floor / spawn mode, end to end (b)", "spawn mode / C floor: the median of 2 rounds",
+                "worker CPU per task, children excluded", "event loop lag p99 under full load",
+                "persistent / spawn mode: the median of 2 rounds", "the round nearest the median: C floor, spawn mode",
+                "the round nearest the median: persistent, spawn mode",
                 "diagnostic: b with the backpressure pause out of reach", "profile: ",
                 "ceiling, a worker costing nothing: cores / (child + broker)",
                 "ceiling, a worker costing nothing: cores / (program + broker)", "of (d), librdkafka",
@@ -38,6 +40,12 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
                 "the loop, the program: CPU per task, polling against not"):
         assert row in table, f"{row!r} missing from:\n{table}"
     assert table.count("ceiling, one event loop") == 2, table  # spawn mode's and persistent mode's
+    # each ratio's rounds, sorted, with the interval of their median: two values and two bounds apiece
+    spreads = re.findall(r"the rounds, sorted \(the median: 95 % between\) +(\S+), (\S+) +\((\S+) to (\S+)\)", table)
+    assert len(spreads) == 2, table
+    for values in spreads:
+        low, high, *bounds = (float(v.rstrip("x")) for v in values)
+        assert low <= high and low <= bounds[0] <= bounds[1] <= high, table
     floor = re.search(r"the Python floor: no engine \(bench/python_floor.py\) +(\d+) /s", table)
     assert floor and int(floor[1]) > 0, table  # every message of its own topic went through it
     assert "recorder" in table.lower()

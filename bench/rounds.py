@@ -1,0 +1,29 @@
+"""A figure read from several rounds on a shared machine: the median, and where it lies with 95 % confidence.
+
+On a busy 2-core machine two runs of the same thing spread by 10-40 %, far more than most effects a
+bench looks for, but that drift is slow next to a run: the runs of one round, back to back, see
+nearly the same machine. So a bench measures in rounds, each giving one figure (a ratio, a cost),
+and reads the verdict from the median of the rounds' figures, with a bootstrap interval beside it
+that says how far that median could be off.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Sequence
+
+
+def median_interval(values: Sequence[float], draws: int = 10_000) -> tuple[float, float]:
+    """Where the median of ``values`` lies with 95 % confidence: a bootstrap over them (seeded, so repeatable)."""
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (float("nan"), float("nan"))
+    pick = random.Random(0)
+    medians = sorted(statistics.median(pick.choices(values, k=len(values))) for _ in range(draws))
+    return medians[int(draws * 0.025)], medians[int(draws * 0.975) - 1]
+
+
+def nearest_median(values: Sequence[float]) -> int:
+    """The index of the value nearest the median (the round a report shows in detail)."""
+    middle = statistics.median(values)
+    return min(range(len(values)), key=lambda i: abs(values[i] - middle))
