@@ -519,7 +519,7 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
         ratios = [r.kept_ratio for r in kept_rounds]
         chosen = kept_rounds[nearest_median(ratios)]
         kept, spawned = chosen.kept, chosen.b
-        print(f"  {f'the rounds: persistent mode ({kept.count} messages) / spawn mode':58}"
+        print(f"  {f'the rounds: persistent ({kept.count} messages) / spawn mode':58}"
               f"{', '.join(f'{r.kept.rate:.0f} / {r.b.rate:.0f}' for r in kept_rounds)}  /s")
         judged(f"persistent / spawn mode: the median of {len(ratios)} rounds", ratios, TARGET_PERSISTENT_RATIO,
                "{:.1f}x", f"{TARGET_PERSISTENT_RATIO:g}x")

@@ -24,9 +24,10 @@ After it, two more questions, each mode again:
 - a worker per core (``--workers``, default the core count): that many worker processes at once,
   each on a topic of its own with its share of the messages and of ``max_executors``, as
   replicas one per core would run: does a second event loop lift a mode that one loop bounds, or
-  do the cores bound it next?
+  do the cores bound it next? Its ratio of the two modes is read from rounds (``--rounds``, default 3:
+  each mode once, back to back, the order alternating), as make bench reads its ratios (bench/rounds.py).
 
-    python bench/persistent.py [--messages 20000] [--max-executors N] [--per-task 10,100] [--workers N]
+    python bench/persistent.py [--messages 20000] [--max-executors N] [--per-task 10,100] [--workers N] [--rounds 3]
 
 Another bench calls :func:`compare` (it returns the figures) or :func:`run_mode`.
 """
@@ -38,6 +39,7 @@ import asyncio
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,6 +61,7 @@ from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.logging import configure_logging  # noqa: E402
 from knarr.sources.kafka import KafkaSource  # noqa: E402
 from python_floor import RESULT as FLOOR_RESULT  # noqa: E402
+from rounds import median_interval, nearest_median  # noqa: E402
 
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
 
@@ -356,11 +359,24 @@ def report_batched(rows: dict[tuple[str, int], Figure], one: dict) -> None:
                       f"{figure.cpu_us:>18.0f} us{figure.rate / alone.rate:>19.1f}x")
 
 
-def report_workers(figures: dict[str, Figure], one: dict, workers: int) -> None:
-    """The per-core runs beside one worker's: what a replica per core gives each mode."""
+def report_workers(rounds: list[dict[str, Figure]], one: dict, workers: int) -> None:
+    """The per-core runs beside one worker's: what a replica per core gives each mode. The ratio of the
+    two modes with a worker per core is read from rounds (each mode once, back to back): its median, a
+    bootstrap interval beside it, and the round nearest the median in detail."""
+    ratios = [figures["persistent"].rate / figures["spawn"].rate for figures in rounds]
+    figures = rounds[nearest_median(ratios)]
     print(f"\na worker per core: {workers} workers at once, each on its own topic with 1/{workers} of the messages "
           f"({figures['spawn'].count} in spawn mode, {figures['persistent'].count} in persistent mode) and of "
-          f"max_executors, load average {os.getloadavg()[0]:.2f}")
+          f"max_executors, {len(rounds)} rounds, load average {os.getloadavg()[0]:.2f}")
+    print(f"  {'the rounds: persistent / spawn mode, tasks/s':50}"
+          + ", ".join(f"{r['persistent'].rate:.0f} / {r['spawn'].rate:.0f}" for r in rounds))
+    middle, (low, high) = statistics.median(ratios), median_interval(ratios)
+    verdict = "PASS" if middle >= TARGET_RATIO else "MISS"
+    print(f"  {'persistent / spawn, ' + str(workers) + ' workers each, median':44}{middle:>9.1f}x   "
+          f"target >= {TARGET_RATIO:g}x  {verdict}")
+    print(f"  {'    the rounds, sorted (the median: 95 % between)':50}"
+          f"{', '.join(f'{r:.1f}x' for r in sorted(ratios))}  ({low:.1f}x to {high:.1f}x)")
+    print("  the round nearest the median:")
     print(f"  {'mode':44}{'tasks/s':>10}{'worker CPU/task':>18}{'vs one worker':>15}{'machine busy':>14}")
     cores = os.cpu_count() or 1
     for mode, figure in figures.items():
@@ -370,9 +386,21 @@ def report_workers(figures: dict[str, Figure], one: dict, workers: int) -> None:
               f"{figure.rate / one[mode].rate:>14.2f}x{busy / figure.seconds / cores:>13.0%}{children}")
     kept, many = figures["persistent"], f"{workers} workers"
     print(f"  {'persistent, ' + many + ' / spawn, one worker':44}{kept.rate / one['spawn'].rate:>9.1f}x")
-    print(f"  {'persistent / spawn, ' + many + ' each':44}{kept.rate / figures['spawn'].rate:>9.1f}x")
     print("  (machine busy: the workers', their programs' and the local broker's CPU over the run, of all cores;"
           " spawn mode's task processes are not in it)")
+
+
+async def per_core_rounds(bootstrap: str, counts: dict[str, int], max_executors: int, workers: int,
+                          rounds: int) -> list[dict[str, Figure]]:
+    """Each mode with a worker per core, ``rounds`` times, back to back, the order alternating."""
+    done = []
+    for number in range(1, rounds + 1):
+        order = list(counts) if number % 2 else list(reversed(counts))
+        print(f"a worker per core, round {number} of {rounds}: {workers} workers, {' then '.join(order)} mode ...",
+              file=sys.stderr)
+        figures = {mode: await run_workers(bootstrap, mode, counts[mode], max_executors, workers) for mode in order}
+        done.append({mode: figures[mode] for mode in counts})
+    return done
 
 
 async def main() -> int:
@@ -387,6 +415,9 @@ async def main() -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="also run each mode with this many worker processes at once (a replica per core); "
                              "1: not")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of the per-core runs (each mode once, back to back, the order alternating); "
+                             "the ratio's verdict is the median of the rounds'")
     parser.add_argument("--per-task", default="10,100",
                         help="also run each mode with one task per this many messages (comma-separated sizes; "
                              "empty: not)")
@@ -399,6 +430,8 @@ async def main() -> int:
         parser.error(f"--per-task takes whole numbers separated by commas (e.g. 10,100), got {args.per_task!r}")
     if any(size < 2 for size in sizes):
         parser.error(f"--per-task sizes must be 2 or more (1 is the main run), got {args.per_task!r}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be 1 or more, got {args.rounds}")
     if args.one_worker:
         configure_logging("WARNING")
         return await _one_worker(json.loads(args.one_worker))
@@ -412,10 +445,9 @@ async def main() -> int:
         print("one task for many messages, spawn mode then persistent mode ...", file=sys.stderr)
         report_batched(await batched_rows(bootstrap, args.messages, args.max_executors, sizes), figures)
     if args.workers > 1:
-        print(f"a worker per core: {args.workers} workers, spawn mode then persistent mode ...", file=sys.stderr)
         counts = {"spawn": args.messages, "persistent": persistent_count(args.messages, args.persistent_messages)}
-        report_workers({mode: await run_workers(bootstrap, mode, count, args.max_executors, args.workers)
-                        for mode, count in counts.items()}, figures, args.workers)
+        report_workers(await per_core_rounds(bootstrap, counts, args.max_executors, args.workers, args.rounds),
+                       figures, args.workers)
     return 0  # a MISS is a finding to read, not a crash
 
 
