@@ -91,7 +91,7 @@ bench-fairness: setup
 
 .PHONY: bench
 
-# Engine throughput vs the C spawn floor, worker CPU per task, event-loop lag p99, persistent mode, the flight recorder off vs on, and a profile of the hot path (local Kafka)
+# Engine throughput vs the C spawn floor and persistent mode vs spawn mode (medians of rounds), worker CPU per task, event-loop lag p99, the flight recorder off vs on, and a profile of the hot path (local Kafka)
 bench: setup
 	hack/kafka/kafka.sh up
 	$(UV) run python bench/engine.py $(BENCH_ARGS)
