@@ -482,7 +482,7 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
            paced: Figure | None = None, least: Figure | None = None, polled: Figure | None = None) -> None:
     """The figures. The two ratios are read from rounds (a C floor, spawn mode and persistent mode back to
     back): the median of the rounds' ratios is the verdict, a bootstrap interval beside it; the round
-    nearest that median is shown in detail. (a) ran twice, before and after the rounds but the first: the better."""
+    nearest that median is shown in detail. (a) ran twice, before and after the diagnostics: the better run."""
     a = max(spawns, key=lambda f: f.rate)  # the machine is shared: the better of two runs is the ceiling
     messages = args.messages
     print(f"\nengine bench: {os.cpu_count()} cores, max_executors={args.max_executors}, binary={BINARY}, "
