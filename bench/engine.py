@@ -83,7 +83,7 @@ from knarr.engine.processes import run_process  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.loop_lag import LoopLagProbe  # noqa: E402
 from knarr.sources.kafka import KafkaSource  # noqa: E402
-from rounds import median_interval, nearest_median  # noqa: E402
+from rounds import judged, nearest_median, verdict  # noqa: E402
 
 from tests.services.kafka import create_topic, end_offsets, ensure_kafka, produce_json, unique_name  # noqa: E402
 
@@ -395,10 +395,6 @@ async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_execu
 
 
 # --- report --------------------------------------------------------------------------------
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
 async def persistent_row(bootstrap: str, messages: int, max_executors: int, delay_us: float = 0.0,
                          poll_us: float = 0.0) -> Figure | None:
     """Persistent mode on the same workload, through bench/persistent.py; None where that bench is absent.
@@ -464,17 +460,6 @@ async def run_round(number: int, total: int, bootstrap: str, topic: str, ends: d
     for step in steps if number % 2 else reversed(steps):
         await step()
     return Round(figures["floor"], figures["b"], figures["kept"])
-
-
-def judged(label: str, values: list[float], target: float, shape: str, target_text: str) -> None:
-    """A ratio's verdict from its rounds: the median against ``target``, then the rounds' values sorted and
-    where the median lies with 95 % confidence."""
-    middle = statistics.median(values)
-    low, high = median_interval(values)
-    print(f"  {label:58}{shape.format(middle):>14}  {'>= ' + target_text:>10}  "
-          f"{verdict(middle >= target)}")
-    print(f"  {'    the rounds, sorted (the median: 95 % between)':58}"
-          f"{', '.join(shape.format(v) for v in sorted(values))}  ({shape.format(low)} to {shape.format(high)})")
 
 
 def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], a_ref: Figure,

@@ -27,3 +27,18 @@ def nearest_median(values: Sequence[float]) -> int:
     """The index of the value nearest the median (the round a report shows in detail)."""
     middle = statistics.median(values)
     return min(range(len(values)), key=lambda i: abs(values[i] - middle))
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def judged(label: str, values: Sequence[float], target: float, shape: str, target_text: str,
+           width: int = 58) -> None:
+    """A ratio's verdict from its rounds, printed: the median against ``target`` (at least), then the
+    rounds' values sorted and where the median lies with 95 % confidence. ``shape`` formats a value."""
+    middle = statistics.median(values)
+    low, high = median_interval(values)
+    print(f"  {label:{width}}{shape.format(middle):>14}  {'>= ' + target_text:>10}  {verdict(middle >= target)}")
+    print(f"  {'    the rounds, sorted (the median: 95 % between)':{width}}"
+          f"{', '.join(shape.format(v) for v in sorted(values))}  ({shape.format(low)} to {shape.format(high)})")

@@ -69,7 +69,7 @@ def overview(worker: Any, throughput: Throughput) -> dict[str, Any]:
             "running": sorted(recorder.running.values(), key=lambda r: r["slot"]) if recorder is not None else [],
         },
         "backpressure": {"paused": flow.hold, "partitions": sorted(flow.isolated | worker._client_paused),
-                         "load": sum(proc.load for proc in worker.processors.values()),
+                         "load": sum(worker._loads().values()),
                          "high": cfg.executor.backpressure_high,
                          "delivering": worker._delivering(),
                          "delivery_high": cfg.executor.delivery_high},
