@@ -40,6 +40,7 @@ from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.engine import event_loop  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
 from knarr.kafka.clients import close_producer, open_producer  # noqa: E402
+from rounds import verdict  # noqa: E402
 
 from tests.services.kafka import create_topic, ensure_kafka, produce_json, unique_name  # noqa: E402
 
@@ -187,7 +188,7 @@ def verdicts(args: argparse.Namespace, name: str, base: dict[str, float], loaded
         ratio = loaded[q] / base[q] if base[q] else float("inf")
         passed = ratio <= TARGET_RATIO and loaded["n"] == args.trickle
         ok = ok and passed
-        print(f"    {name:28}{q} ratio {ratio:7.2f}x (target <= {TARGET_RATIO:g}x)  {'PASS' if passed else 'MISS'}")
+        print(f"    {name:28}{q} ratio {ratio:7.2f}x (target <= {TARGET_RATIO:g}x)  {verdict(passed)}")
     return ok
 
 
@@ -212,7 +213,7 @@ def report(args: argparse.Namespace, unloaded: list[Sample], runs: list[tuple[st
         if waiting and min(waiting) == 0:
             print("    ! some trickle tasks ran only after the flood had drained: either the flood was too small "
                   "(raise --flood-tasks) or the trickle could not get in before it drained")
-    print(f"\n  verdict ({runs[0][0]}, end-to-end): {'PASS' if ok else 'MISS'}")
+    print(f"\n  verdict ({runs[0][0]}, end-to-end): {verdict(ok)}")
     return ok
 
 

@@ -2,10 +2,10 @@
 
 One scenario runs once for the module (it takes about a minute): a `knarr run` process on a
 3-partition topic is SIGKILLed 20 times at seeded random moments while it works and is
-restarted each time (before each start the topic is topped up so that enough messages wait
-uncommitted, BACKLOG, that every kill lands mid-work); then it is left to finish and stopped with
-SIGTERM once the group's committed offsets reach the end of the topic. The tests below each
-check one consequence of that run.
+restarted each time (before each start the topic is topped up so that BACKLOG messages wait
+uncommitted, more than the worker gets through before its kill, so every kill lands mid-work);
+then it is left to finish and stopped with SIGTERM once the group's committed offsets reach the
+end of the topic. The tests below each check one consequence of that run.
 
 The scenario runs twice: with a process spawned per task, and with persistent executors
 (tests/programs/behave_persistent.py, a long-lived program per pool slot that the kills take
