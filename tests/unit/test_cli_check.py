@@ -151,7 +151,16 @@ def test_check_warns_about_a_persistent_program_that_is_not_there(tmp_path):
     proc = knarr("check", "--config", str(config), "--handler", "knarr.demo.handler:SearchHandler")
     assert proc.returncode == 0, proc.stderr
     assert ("warning: executor.persistent.command's program 'no-such-task-program' is neither an executable file "
-            "nor on PATH on this machine") in proc.stdout
+            "nor on PATH on this machine: a worker refuses to start where no program of it can start") in proc.stdout
+
+
+def test_check_warns_about_an_executor_binary_that_cannot_run_here(tmp_path):
+    config = tmp_path / "knarr.yaml"
+    config.write_text("sinks: {filesystem: {out: {base_path: out}}}\nexecutor: {binary_path: no-such-tool}\n")
+    proc = knarr("check", "--config", str(config), "--handler", "knarr.demo.handler:SearchHandler")
+    assert proc.returncode == 0, proc.stderr
+    assert ("warning: executor.binary_path 'no-such-tool' is not an executable file on this machine (searched in "
+            "$PATH): a worker refuses to start where it cannot run") in proc.stdout
 
 
 def test_check_warns_about_cache_tiers_configured_while_the_cache_is_off(tmp_path):

@@ -158,11 +158,15 @@ async def test_a_missing_binary_is_a_failed_task_with_a_clear_error(kafka_bootst
     errors = []
 
     class Missing(Echo):
+        async def arrange(self, messages, pending):
+            return [task.model_copy(update={"binary_path": "/nonexistent/knarr-tool"})
+                    for task in await super().arrange(messages, pending)]
+
         async def on_error(self, task, error):
             errors.append(error)
             return knarr.ErrorAction.SKIP
 
-    cfg = kafka_config(kafka_bootstrap, src, out_topic=out, executor={"binary_path": "/nonexistent/knarr-tool"})
+    cfg = kafka_config(kafka_bootstrap, src, out_topic=out)
     async with running(Worker(cfg, Missing())):
         await wait_until(committed_to(kafka_bootstrap, cfg.kafka.consumer_group, src, {0: 1}))
     assert errors[0].reason == "launch" and errors[0].pid is None

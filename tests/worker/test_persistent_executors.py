@@ -8,6 +8,7 @@ in C, written from the protocol's document alone.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import shutil
@@ -21,6 +22,7 @@ import pytest
 from pydantic import BaseModel
 
 import knarr
+from knarr.engine.persistent import ProgramsCannotStart
 from knarr.engine.worker import Worker
 from knarr.errors import ExitCode
 from tests.services.kafka import committed_offsets, consume_all, create_topic, produce_json, unique_name
@@ -299,10 +301,37 @@ async def test_the_programs_start_with_the_worker_unless_prestart_is_off(kafka_b
     assert not processes_gone(tag, 10)
 
 
+async def test_a_worker_whose_programs_cannot_start_does_not_start_and_takes_no_message(kafka_bootstrap):
+    src, out = topics(kafka_bootstrap)
+    produce_json(kafka_bootstrap, src, [{"id": 0, "args": ["out=x"]}], partition=0)
+    handler = Jobs(on_error=knarr.ErrorAction.SKIP)
+    cfg = kafka_config(kafka_bootstrap, src, out_topic=out,
+                       executor={"persistent": {"command": ["/no/such/program", "--flag"]}})
+    with pytest.raises(ProgramsCannotStart) as raised:
+        await asyncio.wait_for(Worker(cfg, handler).run(), 60)
+    message = str(raised.value)
+    assert message.startswith("executor.persistent.command ['/no/such/program', '--flag'] cannot start: no hello frame: ")
+    assert "cannot exec '/no/such/program': No such file or directory" in message
+    assert "The worker took no message" in message and "executor.persistent.prestart: false" in message
+    assert raised.value.exit_code == ExitCode.USAGE
+    assert handler.errors == [] and handler.results == []
+    assert committed_offsets(kafka_bootstrap, cfg.kafka.consumer_group, src) == {}
+
+
+async def test_a_worker_starts_when_only_some_of_its_programs_can(kafka_bootstrap, tmp_path):
+    # The first start takes the lock and runs the program; the one beside it finds the lock and exits.
+    lock = tmp_path / "lock"
+    command = ["sh", "-c", f"mkdir {lock} 2>/dev/null || exit 3; exec {shlex.join(BEHAVE_PERSISTENT)}"]
+    jobs = [{"id": i, "args": [f"out={i}"]} for i in range(6)]
+    handler, _, _ = await run_jobs(kafka_bootstrap, jobs, max_executors=2, persistent={"command": command})
+    assert sorted(r.stdout for r in handler.results) == [f"{i}\n" for i in range(6)]
+
+
 async def test_a_program_that_cannot_start_is_a_launch_error_naming_the_command(kafka_bootstrap):
+    # Without prestart the worker starts anyway, and each task that needs the program finds out.
     jobs = [{"id": 0, "args": ["out=x"]}]
     handler, _, _ = await run_jobs(kafka_bootstrap, jobs, Jobs(on_error=knarr.ErrorAction.SKIP),
-                                   persistent={"command": ["/no/such/program", "--flag"]})
+                                   persistent={"command": ["/no/such/program", "--flag"], "prestart": False})
     [error] = handler.errors
     assert (error.reason, error.kind, error.pid) == ("launch", "launch_failure", None)
     assert error.exception.startswith("cannot start persistent program ['/no/such/program', '--flag']: ")

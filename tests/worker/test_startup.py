@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from knarr.config.environment import TERMINATION_LOG_ENV
 from knarr.errors import ExitCode
 from knarr.observability.kafka_logs import ClientLog
 
@@ -17,11 +19,11 @@ HANDLER = f"{Path(__file__).resolve().parents[2]}/examples/quickstart/handler.py
 INPUT = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "input.jsonl"
 
 
-def run_worker(tmp_path: Path, config: str) -> subprocess.CompletedProcess[str]:
+def run_worker(tmp_path: Path, config: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "knarr.yaml"
     path.write_text(config)
     return subprocess.run([sys.executable, "-m", "knarr.cli", "run", "--config", str(path), "--handler", HANDLER],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
 
 
 def test_an_unreachable_kafka_sink_stops_startup_with_exit_code_3_naming_the_sink(tmp_path):
@@ -128,3 +130,42 @@ def test_kafka_settings_the_client_refuses_stop_startup_with_exit_code_2_naming_
     assert proc.returncode == 2
     assert "kafka.extra.fetch.max.bytes, kafka.extra.message.max.bytes: the Kafka client (librdkafka) refuses" in proc.stderr
     assert "hunter2" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _local_run(tmp_path: Path, executor: str) -> subprocess.CompletedProcess[str]:
+    """A run on the local source, its termination message written to tmp_path/termination-log."""
+    return run_worker(tmp_path, f"source: {{type: local, local: {{path: '{INPUT}', offsets_path: '{tmp_path}/offsets'}}}}\n"
+                                f"sinks: {{filesystem: {{out: {{base_path: '{tmp_path}/out'}}}}}}\n"
+                                f"dlq: {{path: '{tmp_path}/dlq.jsonl'}}\n"
+                                f"executor: {executor}\nmetrics: {{enabled: false}}\n",
+                      env={TERMINATION_LOG_ENV: str(tmp_path / "termination-log")})
+
+
+def _took_nothing(tmp_path: Path) -> bool:
+    """No offset committed, nothing written to the sink or the DLQ."""
+    out = tmp_path / "out"
+    dlq = tmp_path / "dlq.jsonl"
+    return (not (tmp_path / "offsets").exists() and (not dlq.exists() or dlq.stat().st_size == 0)
+            and (not out.exists() or not any(out.iterdir())))
+
+
+def test_an_executor_binary_that_cannot_run_stops_startup_with_exit_code_2_before_any_message(tmp_path):
+    proc = _local_run(tmp_path, "{binary_path: /no/such/tool}")
+    assert proc.returncode == ExitCode.USAGE
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "knarr run: executor.binary_path '/no/such/tool' is not an executable file on this machine. The worker "
+        "took no message. Fix the path, or the image it runs in, or unset it and give each task its own binary_path.")
+    assert "Traceback" not in proc.stderr and _took_nothing(tmp_path)
+
+
+def test_a_persistent_program_that_cannot_start_stops_startup_with_exit_code_2_before_any_message(tmp_path):
+    proc = _local_run(tmp_path, "{persistent: {command: [/no/such/program]}}")
+    assert proc.returncode == ExitCode.USAGE
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("knarr run: executor.persistent.command ['/no/such/program'] cannot start: no hello frame: ")
+    assert "cannot exec '/no/such/program': No such file or directory" in last
+    assert "The worker took no message" in last
+    assert "Traceback" not in proc.stderr and _took_nothing(tmp_path)
+    # What the operator shows as the Pipeline's condition.
+    assert (tmp_path / "termination-log").read_text().startswith(
+        "ConfigRejected: executor.persistent.command ['/no/such/program'] cannot start: ")

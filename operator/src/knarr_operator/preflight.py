@@ -17,7 +17,7 @@ librdkafka accepts the consumer settings   ``check_consumer_settings`` (no boots
 
 Left to the worker, so reported from its termination message: the handler (import, hook
 contract, ``on_startup``), files named in ``kafka.extra`` (``ssl.*.location``, keytabs: they
-are mounted into the pod), ``executor.binary_path`` in the image, the probe port, and
+are mounted into the pod), ``executor.binary_path`` and ``executor.persistent.command`` in the image, the probe port, and
 reaching the broker, the sinks and the DLQ.
 """
 

@@ -21,6 +21,7 @@ from knarr.config.loading import load_config
 from knarr.config.masking import masked
 from knarr.cli.run import require_config_path
 from knarr.config.root import KnarrConfig, dump_config
+from knarr.engine.processes import binary_problem
 from knarr.errors import ExitCode, KnarrError, UsageError
 from knarr.loader import load_handler_class
 from knarr.sinks.plugins import installed, installed_text
@@ -104,12 +105,13 @@ def warnings(config: KnarrConfig, handler_cls: type) -> list[str]:
         if not config.dlq.path:
             out.append(f"the source is local but dlq.path is empty: dead letters go to the Kafka topic "
                        f"{config.dlq_topic!r} at {config.dlq_brokers!r}; set dlq.path to keep them in a file")
-    if config.executor.binary_path and not Path(config.executor.binary_path).exists():
-        out.append(f"executor.binary_path {config.executor.binary_path!r} does not exist on this machine")
+    problem = binary_problem(config.executor.binary_path) if config.executor.binary_path else None
+    if problem:
+        out.append(f"{problem}: a worker refuses to start where it cannot run")
     persistent = config.executor.persistent
     if persistent is not None and persistent.command and shutil.which(persistent.command[0]) is None:
         out.append(f"executor.persistent.command's program {persistent.command[0]!r} is neither an executable file "
-                   "nor on PATH on this machine")
+                   "nor on PATH on this machine: a worker refuses to start where no program of it can start")
     cache = config.cache
     if not cache.enabled and (cache.db_dir or cache.shared is not None):
         out.append("cache.db_dir or cache.shared is set but cache.enabled is false: the handler cache is off "

@@ -84,7 +84,7 @@ class PersistentConfig(Section):
     """A long-lived program that runs many tasks, one at a time, over docs/task-protocol.md."""
 
     command: list[str] | None = Field(None, min_length=1, description="The program and its arguments (exec'd, no shell), started once per pool slot and reused; set, tasks run in it unless they name their own binary_path or persistent_command, or set persistent: false. Unset: only tasks naming a persistent_command use a program.")
-    prestart: bool = Field(True, description="Start one program of command per pool slot when the worker starts, before it takes a message: the first tasks do not wait for the programs' start-up, and a program that cannot start is reported then. False: each program starts when a task first needs it.")
+    prestart: bool = Field(True, description="Start one program of command per pool slot when the worker starts, before it takes a message: the first tasks do not wait for the programs' start-up, and if none can start, the worker exits (code 2) before it takes a message, naming the command and why. False: each program starts when a task first needs it, and a task whose program cannot start fails with reason 'launch'.")
     max_tasks_per_process: int | None = Field(None, ge=1, le=1_000_000_000, description="Tasks one program runs before it is replaced (unset: no limit), against slow leaks.")
     max_idle_seconds: float = Field(300, gt=0, le=DAY_SECONDS, description="A program idle this long is stopped; the next task starts a new one.")
     max_rss_mb: int | None = Field(None, ge=1, le=1_048_576, description="Resident memory of the program, read from /proc after each task; past it the program is replaced once that task has finished (unset: not checked).")

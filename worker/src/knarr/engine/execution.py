@@ -21,8 +21,9 @@ from knarr.engine.environment import task_environment
 from knarr.engine.hooks import call_hook, call_sync_hook, defines
 from knarr.engine.ledger import Failed, Outcome, Replaced, Succeeded
 from knarr.engine.persistent import ProgramPool, program_command
-from knarr.engine.processes import ProcessOutcome, RunnerSlot, run_process
+from knarr.engine.processes import ProcessOutcome, RunnerSlot, binary_problem, run_process
 from knarr.engine.scheduling import SlotScheduler, priority_key
+from knarr.errors import ConfigError
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 from knarr.observability.task_failures import task_failures
@@ -73,7 +74,13 @@ class TaskExecutor:
         self._prioritizes = defines(handler, "task_priority")  # else every task has the default priority
 
     async def start(self) -> None:
-        """Start what runs tasks ahead of the first one: the persistent programs (``persistent.prestart``)."""
+        """Check and start what runs tasks, before the first one: ``executor.binary_path`` must be a program
+        this machine can run (else every task falling back to it would fail with reason ``launch``, and
+        ``on_error``'s default skips it), and the persistent programs start (``persistent.prestart``)."""
+        problem = binary_problem(self.config.binary_path) if self.config.binary_path else None
+        if problem:
+            raise ConfigError(f"{problem}. The worker took no message. Fix the path, or the image it runs in, "
+                              "or unset it and give each task its own binary_path.")
         await self.programs.prestart()
 
     async def close(self) -> None:

@@ -13,7 +13,9 @@ task (a lookup, a regex, a small model call) that is the whole cost. Here a prog
   that dies mid-task or writes something that is no frame: the program is killed and the task
   fails (reasons ``timeout``, ``crash``, ``protocol``) through the usual ``on_error`` path;
   the next task starts a new program, after a delay that grows while programs keep failing
-  (``restart_backoff_*``) and resets on the first task that succeeds.
+  (``restart_backoff_*``) and resets on the first task that succeeds. The one exception is
+  the worker's start (``prestart``): if no program of the configured command can start then,
+  the worker does not start either, rather than fail every task it would take.
 - **Limits checked after each task**: ``max_tasks_per_process`` and ``max_rss_mb`` retire a
   program once the task it was running has finished.
 """
@@ -31,6 +33,7 @@ from knarr.engine.capture import decode_head
 from knarr.engine.frames import PROTOCOL_VERSION, Frame, FrameError, encode
 from knarr.engine.processes import ProcessOutcome, launch_problem
 from knarr.engine.programs import Deadlines, Program, ProgramFailure, rss_bytes
+from knarr.errors import ConfigError
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 
@@ -150,8 +153,10 @@ class ProgramPool:
     async def prestart(self) -> None:
         """One program of the configured command per slot, started before any task needs it (``prestart``).
 
-        A program that cannot start is logged and counts as a failed start (the restart backoff); the
-        tasks start programs again when they need them, as without ``prestart``."""
+        When none of them can start, the worker must not either: ProgramsCannotStart says why, before
+        a message is taken (otherwise every task would fail with reason ``launch``, and ``on_error``'s
+        default skips it). When only some cannot, that is logged and counts as a failed start (the
+        restart backoff); tasks start programs again when they need them, as without ``prestart``."""
         command = self.settings.command
         if not command or not self.settings.prestart or self._closed:
             return
@@ -163,6 +168,8 @@ class ProgramPool:
         for program in started:
             self._release(program)
         failures = [result for result in results if isinstance(result, ProgramFailure)]
+        if failures and not started:
+            raise ProgramsCannotStart(command, failures[0].message)
         if failures:
             self._failed()
             log.warning("persistent programs failed to start; tasks will start them when they need them",
@@ -196,7 +203,8 @@ class ProgramPool:
             frame = await program.ask(b"", self.settings.start_timeout_seconds, "waiting for its hello frame")
         except ProgramFailure as exc:
             program.kill("failed to start")
-            raise ProgramFailure("launch", f"no hello frame: {exc.message}{program.stderr_tail()}") from None
+            tail = "" if exc.reason == "crash" else program.stderr_tail()  # a crash's message has it already
+            raise ProgramFailure("launch", f"no hello frame: {exc.message}{tail}") from None
         except BaseException:
             program.kill("was stopped while starting")
             raise
@@ -280,6 +288,20 @@ class ProgramPool:
             self._retire(program, "shutdown")
         if live:
             await asyncio.gather(*(asyncio.shield(p.exited) for p in live), return_exceptions=True)
+
+
+class ProgramsCannotStart(ConfigError):
+    """No program of ``executor.persistent.command`` could start when the worker did (``prestart``)."""
+
+    def __init__(self, command: tuple[str, ...], reason: str) -> None:
+        super().__init__(
+            f"executor.persistent.command {list(command)} cannot start: {reason}. The worker took no message. "
+            "Fix the command or the image it runs in (`knarr check` looks for the program), or raise "
+            "executor.persistent.start_timeout_seconds if it only starts slowly; with "
+            "executor.persistent.prestart: false the worker starts anyway, and each task that needs the "
+            "program fails with reason 'launch'.")
+        self.command = command
+        self.reason = reason
 
 
 def _result_problem(header: dict, task_id: str) -> str | None:

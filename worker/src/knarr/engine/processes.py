@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -135,6 +136,15 @@ def launch_problem(argv: Sequence[object], env: Mapping[object, object] | None, 
         except UnicodeEncodeError as exc:
             return f"stdin holds a character that cannot be encoded ({exc.reason}) at position {exc.start}"
     return None
+
+
+def binary_problem(binary: str) -> str | None:
+    """Why ``executor.binary_path`` cannot run on this machine, or None. Looked up as the runner looks it
+    up: a path as it is, a bare name in the worker's PATH."""
+    if shutil.which(binary) is not None:
+        return None
+    where = "" if "/" in binary else " (searched in $PATH)"
+    return f"executor.binary_path {binary!r} is not an executable file on this machine{where}"
 
 
 def _spawn_error(exc: OSError) -> str:

@@ -191,6 +191,7 @@ class Program:
         self.loop = asyncio.get_running_loop()
         self.decoder = Decoder(keep)
         self.waiter: asyncio.Future[Frame] | None = None
+        self.asked = "task"  # what the waiter waits for: "task", or the start's "waiting for its hello frame"
         self.exited: asyncio.Future[int] = self.loop.create_future()
         self.tail = bytearray()
         self.tasks = 0
@@ -234,6 +235,7 @@ class Program:
         """Send ``frame``; the future gets the program's next frame, or fails with ProgramFailure if it
         cannot answer within ``timeout``. Whoever takes the answer stops its deadline (``deadlines.stop``)."""
         waiter = self.waiter = self.loop.create_future()
+        self.asked = what
         self.deadlines.start(self, waiter, timeout, what)
         if frame:
             self._write(frame)
@@ -348,7 +350,8 @@ class Program:
             self.waiter = None
             waiter.set_exception(ProgramFailure(
                 "crash", f"the persistent program {list(self.command)} (pid {self.pid}) {describe_exit(code)} "
-                         f"while running the task{self.stderr_tail()}", code))
+                         f"while {'running the task' if self.asked == 'task' else self.asked}{self.stderr_tail()}",
+                code))
         self.exited.set_result(code)
 
     # --- ending ----------------------------------------------------------------------------------
