@@ -25,6 +25,7 @@ import knarr
 from knarr.engine.persistent import ProgramsCannotStart
 from knarr.engine.worker import Worker
 from knarr.errors import ExitCode
+from knarr.observability import metrics
 from tests.services.kafka import committed_offsets, consume_all, create_topic, produce_json, unique_name
 from tests.worker.harness import BEHAVE_PERSISTENT, PROGRAMS, kafka_config, running, topics, wait_until
 from tests.worker.procs import WorkerFleet, WorkerSpec, processes_gone, processes_with
@@ -327,11 +328,63 @@ async def test_a_worker_starts_when_only_some_of_its_programs_can(kafka_bootstra
     assert sorted(r.stdout for r in handler.results) == [f"{i}\n" for i in range(6)]
 
 
-async def test_a_program_that_cannot_start_is_a_launch_error_naming_the_command(kafka_bootstrap):
-    # Without prestart the worker starts anyway, and each task that needs the program finds out.
-    jobs = [{"id": 0, "args": ["out=x"]}]
-    handler, _, _ = await run_jobs(kafka_bootstrap, jobs, Jobs(on_error=knarr.ErrorAction.SKIP),
-                                   persistent={"command": ["/no/such/program", "--flag"], "prestart": False})
+async def test_tasks_wait_while_the_configured_program_cannot_start_and_go_on_once_it_can(kafka_bootstrap, tmp_path):
+    # The program needs a file that is not there yet (a model still being copied, say).
+    flag = tmp_path / "model"
+    command = ["sh", "-c", f"[ -f {flag} ] || {{ echo 'no model yet' >&2; exit 3; }}; exec {shlex.join(BEHAVE_PERSISTENT)}"]
+    handler = Jobs(on_error=knarr.ErrorAction.SKIP)
+    src, out = topics(kafka_bootstrap)
+    produce_json(kafka_bootstrap, src, [{"id": i, "args": [f"out={i}"]} for i in range(5)], partition=0)
+    cfg = kafka_config(kafka_bootstrap, src, out_topic=out, executor={"max_executors": 2, "persistent": {
+        "command": command, "prestart": False, "restart_backoff_base_seconds": 0.05,
+        "restart_backoff_max_seconds": 0.3}})
+    committed = lambda: committed_offsets(kafka_bootstrap, cfg.kafka.consumer_group, src)  # noqa: E731
+    async with running(Worker(cfg, handler)) as worker:
+        pool = worker.executor.programs
+        await wait_until(lambda: pool.stall is not None, 30, "the tasks to wait for a program")
+        failures = metrics.persistent_start_failures._value.get()
+        await asyncio.sleep(1.5)  # starts go on being tried meanwhile, and nothing fails or is committed
+        assert metrics.persistent_start_failures._value.get() > failures
+        ready, why = worker._readiness()
+        assert not ready and why.startswith(f"executor.persistent.command {command} cannot start, tasks wait for it: ")
+        assert "no model yet" in why and metrics.persistent_stalled._value.get() == 1
+        assert handler.errors == [] and handler.results == [] and committed() == {}
+        flag.touch()
+        await wait_until(lambda: committed() == {0: 5}, 60, "every job done once the program can start")
+        assert pool.stall is None and worker._readiness()[0] and metrics.persistent_stalled._value.get() == 0
+    assert handler.errors == []
+    assert sorted(r.stdout for r in handler.results) == [f"{i}\n" for i in range(5)]
+
+
+async def test_a_task_waiting_for_a_program_that_cannot_start_expires_unrun_at_its_expires_at(tmp_path):
+    from knarr.config.loading import config_from_dict
+    from knarr.engine.persistent import ProgramPool
+
+    command = ["sh", "-c", "exit 3"]
+    config = config_from_dict({"executor": {"persistent": {"command": command, "prestart": False,
+                                                           "restart_backoff_base_seconds": 0.05,
+                                                           "restart_backoff_max_seconds": 0.2}},
+                               "sinks": {"filesystem": {"out": {"base_path": str(tmp_path)}}}})
+    pool = ProgramPool(config.executor, {})
+    try:
+        started = time.monotonic()
+        outcome = await pool.run(tuple(command), knarr.ExecutorTask(args=["out=x"], expires_at=time.time() + 1.0), 30)
+        waited = time.monotonic() - started
+    finally:
+        await pool.close()
+    assert outcome.expired and outcome.pid is None and 0.9 <= waited < 10
+    assert pool.stall is not None and "exited with code 3 while waiting for its hello frame" in pool.stall
+
+
+async def test_a_task_whose_own_program_cannot_start_is_a_launch_error_naming_the_command(kafka_bootstrap):
+    # A task's persistent_command is the task's own doing: its failing to start is that task's failure.
+    class OwnProgram(Jobs):
+        async def arrange(self, messages, pending):
+            return [knarr.ExecutorTask(args=["out=x"], source_offsets=[m.offset],
+                                       persistent_command=["/no/such/program", "--flag"]) for m in messages]
+
+    handler, _, _ = await run_jobs(kafka_bootstrap, [{"id": 0}], OwnProgram(on_error=knarr.ErrorAction.SKIP),
+                                   **persistent())
     [error] = handler.errors
     assert (error.reason, error.kind, error.pid) == ("launch", "launch_failure", None)
     assert error.exception.startswith("cannot start persistent program ['/no/such/program', '--flag']: ")

@@ -227,7 +227,7 @@ class TaskExecutor:
         finally:
             if slot is None or not slot.submitted:
                 self.scheduler.give_back(partition, held if slot is None else slot.held)
-        if proc.expired:  # it waited in the runner's held queue past its expires_at: never run
+        if proc.expired:  # it waited (in the runner's held queue, or for a program) past its expires_at: never run
             return _expired(task, attempt)
         if native_run:
             self.spawned(proc)

@@ -13,9 +13,13 @@ task (a lookup, a regex, a small model call) that is the whole cost. Here a prog
   that dies mid-task or writes something that is no frame: the program is killed and the task
   fails (reasons ``timeout``, ``crash``, ``protocol``) through the usual ``on_error`` path;
   the next task starts a new program, after a delay that grows while programs keep failing
-  (``restart_backoff_*``) and resets on the first task that succeeds. The one exception is
-  the worker's start (``prestart``): if no program of the configured command can start then,
-  the worker does not start either, rather than fail every task it would take.
+  (``restart_backoff_*``) and resets on the first task that succeeds.
+- **A program that cannot start fails no task of the worker's own command.** At the worker's
+  start (``prestart``), if no program of ``executor.persistent.command`` can start, the worker
+  does not start either. Later, a task that needs one waits, holding its slot, while starts
+  are tried after the restart backoff (``stall`` says why, and the worker's readiness fails);
+  it goes on once one starts. Only a task's own ``persistent_command`` failing to start fails
+  that task (reason ``launch``).
 - **Limits checked after each task**: ``max_tasks_per_process`` and ``max_rss_mb`` retire a
   program once the task it was running has finished.
 """
@@ -28,7 +32,7 @@ from collections.abc import Mapping
 
 from knarr.api.tasks import ExecutorTask
 from knarr.config.models import ExecutorConfig, PersistentConfig
-from knarr.engine.backoff import retry_delay
+from knarr.engine.backoff import is_expired, retry_delay
 from knarr.engine.capture import decode_head
 from knarr.engine.frames import PROTOCOL_VERSION, Frame, FrameError, encode
 from knarr.engine.processes import ProcessOutcome, launch_problem
@@ -69,6 +73,10 @@ class ProgramPool:
         self._idle_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._deadlines = Deadlines()  # every program's wait for an answer, on one timer
+        command = self.settings.command
+        self._configured: tuple[str, ...] | None = tuple(command) if command else None
+        self.stall: str | None = None  # set while no program of the configured command can start: tasks wait
+        self._stalled_since = 0.0
 
     @property
     def live(self) -> int:
@@ -80,11 +88,11 @@ class ProgramPool:
         request = self.request(command, task, timeout, started)
         if isinstance(request, ProcessOutcome):
             return request
-        try:
-            program = await self._take(command)
-        except ProgramFailure as exc:
-            self._failed()
-            return _launch_failure(command, exc.message, started)
+        program = await self._take_or_wait(command, task.expires_at)
+        if isinstance(program, ProgramFailure):
+            return _launch_failure(command, program.message, started)
+        if program is None:  # its expires_at passed while it waited for a program: never run
+            return ProcessOutcome(-1, "", "", None, 0.0, expired=True)
         try:
             frame = await program.ask(request, timeout, "task")
         except ProgramFailure as exc:
@@ -168,6 +176,7 @@ class ProgramPool:
         for program in started:
             self._release(program)
         failures = [result for result in results if isinstance(result, ProgramFailure)]
+        metrics.persistent_start_failures.inc(len(failures))
         if failures and not started:
             raise ProgramsCannotStart(command, failures[0].message)
         if failures:
@@ -180,6 +189,44 @@ class ProgramPool:
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, ProgramFailure):
                 raise result  # cancelled (a stop during start-up): the started ones are live, close() stops them
+
+    async def _take_or_wait(self, command: tuple[str, ...], expires_at: float | None) -> Program | ProgramFailure | None:
+        """A program of ``command`` for a task. When the configured command's cannot start, the task
+        waits, holding its slot, and the start is tried again after the restart backoff until one
+        starts (``stall`` says why meanwhile): the command is the worker's, not the task's, so its
+        failing is an outage, not the task's failure. None: the task's ``expires_at`` passed while
+        it waited. A task's own ``persistent_command`` that cannot start is that task's launch
+        failure (returned)."""
+        while True:
+            try:
+                program = await self._take(command)
+            except ProgramFailure as exc:
+                self._failed()
+                if command != self._configured:
+                    return exc
+                self._stalled(exc.message)
+                if is_expired(time.time(), expires_at):
+                    return None
+                continue  # _take waits out the restart backoff first
+            if command == self._configured:
+                self._unstalled()
+            return program
+
+    def _stalled(self, why: str) -> None:
+        metrics.persistent_start_failures.inc()
+        if self.stall is None:
+            self._stalled_since = time.monotonic()
+            metrics.persistent_stalled.set(1)
+            log.warning("no persistent program can start; tasks wait for one (nothing fails, nothing is committed), "
+                        "retrying with backoff", command=list(self._configured), error=why)
+        self.stall = f"executor.persistent.command {list(self._configured)} cannot start, tasks wait for it: {why}"
+
+    def _unstalled(self) -> None:
+        if self.stall is not None:
+            self.stall = None
+            metrics.persistent_stalled.set(0)
+            log.info("persistent programs start again; waiting tasks go on", command=list(self._configured),
+                     stalled_seconds=round(time.monotonic() - self._stalled_since, 1))
 
     async def _take(self, command: tuple[str, ...]) -> Program:
         program = self.take_idle(command)
@@ -298,8 +345,8 @@ class ProgramsCannotStart(ConfigError):
             f"executor.persistent.command {list(command)} cannot start: {reason}. The worker took no message. "
             "Fix the command or the image it runs in (`knarr check` looks for the program), or raise "
             "executor.persistent.start_timeout_seconds if it only starts slowly; with "
-            "executor.persistent.prestart: false the worker starts anyway, and each task that needs the "
-            "program fails with reason 'launch'.")
+            "executor.persistent.prestart: false the worker starts anyway, and its tasks wait until a program "
+            "can start.")
         self.command = command
         self.reason = reason
 

@@ -63,7 +63,7 @@ class ProcessOutcome:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     failure: str | None = None  # persistent mode: "crash" (the program died mid-task) or "protocol" (a malformed frame)
-    expired: bool = False  # its expires_at passed while it waited in the native runner's held queue: never started
+    expired: bool = False  # its expires_at passed while it waited (the native runner's held queue, a program that could not start): never started
 
 
 def seal_inherited_fds() -> None:

@@ -78,6 +78,7 @@ class Worker:
         self.health: HealthServer | None = None
         self.sinks: SinkManager | None = None
         self.cache: HandlerCache | None = None
+        self.executor: TaskExecutor | None = None  # built in run()
         self.stats = RunStats()
         self.loop_lag = LoopLagProbe()
         # Set by the CLI (a process of its own): a shutdown that overruns its deadline (a client stuck
@@ -222,6 +223,8 @@ class Worker:
         failed = [p.failure or p.stall for p in self.processors.values() if p.failure or p.stall]
         if failed:
             return False, "; ".join(failed)
+        if self.executor is not None and self.executor.programs.stall:
+            return False, self.executor.programs.stall
         if self.sinks is not None and self.sinks.stalled:
             return False, "stalled: " + "; ".join(f"partition {p}: {why}" for p, why in sorted(self.sinks.stalled.items(), key=str))
         if not (self.sinks and self.sinks.connected):
