@@ -368,12 +368,16 @@ async def test_a_task_waiting_for_a_program_that_cannot_start_expires_unrun_at_i
     pool = ProgramPool(config.executor, {})
     try:
         started = time.monotonic()
-        outcome = await pool.run(tuple(command), knarr.ExecutorTask(args=["out=x"], expires_at=time.time() + 1.0), 30)
+        task = knarr.ExecutorTask(args=["out=x"], expires_at=time.time() + 1.0)
+        running = asyncio.create_task(pool.run(tuple(command), task, 30))
+        await wait_until(lambda: pool.stall is not None, 10, "the task to wait for a program")
+        assert "exited with code 3 while waiting for its hello frame" in pool.stall
+        outcome = await running
         waited = time.monotonic() - started
     finally:
         await pool.close()
     assert outcome.expired and outcome.pid is None and 0.9 <= waited < 10
-    assert pool.stall is not None and "exited with code 3 while waiting for its hello frame" in pool.stall
+    assert pool.stall is None  # no task waits any more
 
 
 async def test_a_task_whose_own_program_cannot_start_is_a_launch_error_naming_the_command(kafka_bootstrap):

@@ -76,6 +76,7 @@ class ProgramPool:
         command = self.settings.command
         self._configured: tuple[str, ...] | None = tuple(command) if command else None
         self.stall: str | None = None  # set while no program of the configured command can start: tasks wait
+        self._waiting = 0  # tasks waiting for a program of it meanwhile
         self._stalled_since = 0.0
 
     @property
@@ -196,21 +197,32 @@ class ProgramPool:
         starts (``stall`` says why meanwhile): the command is the worker's, not the task's, so its
         failing is an outage, not the task's failure. None: the task's ``expires_at`` passed while
         it waited. A task's own ``persistent_command`` that cannot start is that task's launch
-        failure (returned)."""
-        while True:
-            try:
-                program = await self._take(command)
-            except ProgramFailure as exc:
-                self._failed()
-                if command != self._configured:
-                    return exc
-                self._stalled(exc.message)
-                if is_expired(time.time(), expires_at):
-                    return None
-                continue  # _take waits out the restart backoff first
-            if command == self._configured:
-                self._unstalled()
-            return program
+        failure (returned). The stall lasts while a task waits: it ends when a program starts, or
+        when the last task waiting leaves otherwise (expired, or cancelled by a revoke or a stop)."""
+        waited = False
+        try:
+            while True:
+                try:
+                    program = await self._take(command)
+                except ProgramFailure as exc:
+                    self._failed()
+                    if command != self._configured:
+                        return exc
+                    if not waited:
+                        waited = True
+                        self._waiting += 1
+                    self._stalled(exc.message)
+                    if is_expired(time.time(), expires_at):
+                        return None
+                    continue  # _take waits out the restart backoff first
+                if command == self._configured:
+                    self._unstalled("persistent programs start again; waiting tasks go on")
+                return program
+        finally:
+            if waited:
+                self._waiting -= 1
+                if not self._waiting:
+                    self._unstalled("no task waits for a persistent program any more")
 
     def _stalled(self, why: str) -> None:
         metrics.persistent_start_failures.inc()
@@ -221,12 +233,11 @@ class ProgramPool:
                         "retrying with backoff", command=list(self._configured), error=why)
         self.stall = f"executor.persistent.command {list(self._configured)} cannot start, tasks wait for it: {why}"
 
-    def _unstalled(self) -> None:
+    def _unstalled(self, what: str) -> None:
         if self.stall is not None:
             self.stall = None
             metrics.persistent_stalled.set(0)
-            log.info("persistent programs start again; waiting tasks go on", command=list(self._configured),
-                     stalled_seconds=round(time.monotonic() - self._stalled_since, 1))
+            log.info(what, command=list(self._configured), stalled_seconds=round(time.monotonic() - self._stalled_since, 1))
 
     async def _take(self, command: tuple[str, ...]) -> Program:
         program = self.take_idle(command)
