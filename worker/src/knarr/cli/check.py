@@ -105,7 +105,7 @@ def warnings(config: KnarrConfig, handler_cls: type) -> list[str]:
         if not config.dlq.path:
             out.append(f"the source is local but dlq.path is empty: dead letters go to the Kafka topic "
                        f"{config.dlq_topic!r} at {config.dlq_brokers!r}; set dlq.path to keep them in a file")
-    problem = binary_problem(config.executor.binary_path) if config.executor.binary_path else None
+    problem = binary_problem(config.executor.binary_path)
     if problem:
         out.append(f"{problem}: a worker refuses to start where it cannot run")
     persistent = config.executor.persistent

@@ -77,7 +77,7 @@ class TaskExecutor:
         """Check and start what runs tasks, before the first one: ``executor.binary_path`` must be a program
         this machine can run (else every task falling back to it would fail with reason ``launch``, and
         ``on_error``'s default skips it), and the persistent programs start (``persistent.prestart``)."""
-        problem = binary_problem(self.config.binary_path) if self.config.binary_path else None
+        problem = binary_problem(self.config.binary_path)
         if problem:
             raise ConfigError(f"{problem}. The worker took no message. Fix the path, or the image it runs in, "
                               "or unset it and give each task its own binary_path.")

@@ -166,10 +166,9 @@ class ProgramPool:
         a message is taken (otherwise every task would fail with reason ``launch``, and ``on_error``'s
         default skips it). When only some cannot, that is logged and counts as a failed start (the
         restart backoff); tasks start programs again when they need them, as without ``prestart``."""
-        command = self.settings.command
+        command = self._configured
         if not command or not self.settings.prestart or self._closed:
             return
-        command = tuple(command)
         begun = time.monotonic()
         results = await asyncio.gather(*(self._start(command) for _ in range(self.slots - len(self._live))),
                                        return_exceptions=True)
@@ -177,7 +176,6 @@ class ProgramPool:
         for program in started:
             self._release(program)
         failures = [result for result in results if isinstance(result, ProgramFailure)]
-        metrics.persistent_start_failures.inc(len(failures))
         if failures and not started:
             raise ProgramsCannotStart(command, failures[0].message)
         if failures:
@@ -225,7 +223,6 @@ class ProgramPool:
                     self._unstalled("no task waits for a persistent program any more")
 
     def _stalled(self, why: str) -> None:
-        metrics.persistent_start_failures.inc()
         if self.stall is None:
             self._stalled_since = time.monotonic()
             metrics.persistent_stalled.set(1)
@@ -251,6 +248,14 @@ class ProgramPool:
         return await self._start(command)
 
     async def _start(self, command: tuple[str, ...]) -> Program:
+        """A started program of ``command``, that has said hello; ProgramFailure (counted) if none could start."""
+        try:
+            return await self._launch(command)
+        except ProgramFailure:
+            metrics.persistent_start_failures.inc()
+            raise
+
+    async def _launch(self, command: tuple[str, ...]) -> Program:
         try:
             program = await Program.start(command, self.env, self.keep, self._deadlines)
         except OSError as exc:

@@ -138,10 +138,10 @@ def launch_problem(argv: Sequence[object], env: Mapping[object, object] | None, 
     return None
 
 
-def binary_problem(binary: str) -> str | None:
-    """Why ``executor.binary_path`` cannot run on this machine, or None. Looked up as the runner looks it
-    up: a path as it is, a bare name in the worker's PATH."""
-    if shutil.which(binary) is not None:
+def binary_problem(binary: str | None) -> str | None:
+    """Why ``executor.binary_path`` cannot run on this machine, or None (also when it is unset). Looked up
+    as the runner looks it up: a path as it is, a bare name in the worker's PATH."""
+    if not binary or shutil.which(binary) is not None:
         return None
     where = "" if "/" in binary else " (searched in $PATH)"
     return f"executor.binary_path {binary!r} is not an executable file on this machine{where}"

@@ -29,7 +29,7 @@ tasks_delivering = Gauge("knarr_tasks_delivering", "Tasks in flight whose output
                          "executor.backpressure_delivery_multiplier)")
 persistent_programs = Gauge("knarr_persistent_programs", "Persistent executor programs alive")
 persistent_starts = Counter("knarr_persistent_program_starts_total", "Persistent executor programs started")
-persistent_start_failures = Counter("knarr_persistent_program_start_failures_total", "Persistent executor programs that could not start (exited, or no hello in time)")
+persistent_start_failures = Counter("knarr_persistent_program_start_failures_total", "Persistent executor programs that could not start (no exec, an exit or no valid hello in time), whoever needed them")
 persistent_stalled = Gauge("knarr_persistent_programs_stalled", "1 while tasks wait because no program of executor.persistent.command can start")
 persistent_exits = Counter("knarr_persistent_program_exits_total", "Persistent executor programs stopped or lost, by why", ["reason"])  # max_tasks|max_idle|max_rss|evicted|shutdown|timeout|crash|protocol|cancelled
 pool_active = Gauge("knarr_pool_active", "Pool slots running a subprocess")
