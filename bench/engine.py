@@ -83,7 +83,7 @@ from knarr.engine.processes import run_process  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.loop_lag import LoopLagProbe  # noqa: E402
 from knarr.sources.kafka import KafkaSource  # noqa: E402
-from rounds import judged, nearest_median, verdict  # noqa: E402
+from rounds import host_pace, judged, nearest_median, pace_text, verdict  # noqa: E402
 
 from tests.services.kafka import create_topic, end_offsets, ensure_kafka, produce_json, unique_name  # noqa: E402
 
@@ -464,7 +464,8 @@ async def run_round(number: int, total: int, bootstrap: str, topic: str, ends: d
 
 def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], a_ref: Figure,
            b_unpaused: Figure | None, a_thread: Figure | None = None, b_thread: Figure | None = None,
-           paced: Figure | None = None, least: Figure | None = None, polled: Figure | None = None) -> None:
+           paced: Figure | None = None, least: Figure | None = None, polled: Figure | None = None,
+           paces: list[float] | None = None) -> None:
     """The figures. The two ratios are read from rounds (a C floor, spawn mode and persistent mode back to
     back): the median of the rounds' ratios is the verdict, a bootstrap interval beside it; the round
     nearest that median is shown in detail. (a) ran twice, before and after the diagnostics: the better run."""
@@ -473,6 +474,8 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
     print(f"\nengine bench: {os.cpu_count()} cores, max_executors={args.max_executors}, binary={BINARY}, "
           f"{messages} messages on {PARTITIONS} partitions, {len(rounds)} rounds, python {sys.version.split()[0]}, "
           f"load average {os.getloadavg()[0]:.2f}")
+    if paces:
+        print(f"  the host's pace for interpreted code, before and after the rounds: {pace_text(paces)}")
     print(f"  {'figure':58}{'value':>14}  {'target':>10}  verdict")
     floored = [r for r in rounds if r.floor is not None]
     shown = floored[nearest_median([r.floor_ratio for r in floored])] if floored else \
@@ -678,6 +681,7 @@ async def main() -> int:
         from persistent import persistent_count  # (it imports this module: not at the top)
         many = persistent_count(args.messages, args.persistent_messages)
 
+    paces = host_pace()
     rounds = [await run_round(1, args.rounds, bootstrap, *round_topics[0], args, many)]
     first = rounds[0]
     print("(a) raw spawn rate ...", file=sys.stderr)
@@ -714,7 +718,8 @@ async def main() -> int:
     spawns.append(await spawn_rate(args.spawns, args.max_executors, runner))
     for number in range(2, args.rounds + 1):
         rounds.append(await run_round(number, args.rounds, bootstrap, *round_topics[number - 1], args, many))
-    report(args, rounds, spawns, a_ref, b_unpaused, a_thread, b_thread, paced, least, polled)
+    paces += host_pace()
+    report(args, rounds, spawns, a_ref, b_unpaused, a_thread, b_thread, paced, least, polled, paces)
 
     if args.recorder_messages:
         print("flight recorder off and on, alternating (bench/recorder.py) ...", file=sys.stderr)

@@ -60,7 +60,7 @@ from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.logging import configure_logging  # noqa: E402
 from knarr.sources.kafka import KafkaSource  # noqa: E402
 from python_floor import RESULT as FLOOR_RESULT  # noqa: E402
-from rounds import judged, nearest_median, verdict  # noqa: E402
+from rounds import host_pace, judged, nearest_median, pace_text, verdict  # noqa: E402
 
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
 
@@ -287,11 +287,13 @@ async def compare(bootstrap: str, messages: int = 20_000, max_executors: int = 2
     ``persistent_messages`` (0: 5 x ``messages``), so that their runs last about as long as spawn mode's
     and what a run pays once weighs as little on them (make bench does the same)."""
     many = persistent_count(messages, persistent_messages)
+    paces = host_pace()
     spawn, _ = await run_mode(bootstrap, "spawn", messages, max_executors)
     kept, programs_cpu = await run_mode(bootstrap, "persistent", many, max_executors)
     least = await python_floor(bootstrap, many, max_executors)
+    paces += host_pace()
     return {"spawn": spawn, "persistent": kept, "programs_cpu_seconds": programs_cpu, "python_floor": least,
-            "ratio": kept.rate / spawn.rate, "messages": messages, "max_executors": max_executors}
+            "ratio": kept.rate / spawn.rate, "messages": messages, "max_executors": max_executors, "paces": paces}
 
 
 def report_executor(figures: dict[str, Figure], concurrency: int) -> None:
@@ -308,6 +310,7 @@ def report(figures: dict) -> None:
           f"max_executors={figures['max_executors']}, {figures['messages']} messages on 4 partitions "
           f"({figures['persistent'].count} in persistent mode and the floor), "
           f"one echo task each, python {sys.version.split()[0]}")
+    print(f"  the host's pace for interpreted code, before and after: {pace_text(figures['paces'])}")
     print(f"  {'mode':44}{'tasks/s':>10}{'worker CPU/task':>18}")
     print(f"  {'spawn (' + SPAWN_BINARY + ' per task)':44}{spawn.rate:>10.0f}{spawn.cpu_us:>15.0f} us")
     print(f"  {'persistent (bench/echo_task.py, knarr.task)':44}{kept.rate:>10.0f}{kept.cpu_us:>15.0f} us")

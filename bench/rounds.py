@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import random
 import statistics
+import time
 from collections.abc import Sequence
+
+PACE_ITERATIONS = 500_000  # one sample of the host's pace: about 15-60 ms of a plain loop
 
 
 def median_interval(values: Sequence[float], draws: int = 10_000) -> tuple[float, float]:
@@ -42,3 +45,26 @@ def judged(label: str, values: Sequence[float], target: float, shape: str, targe
     print(f"  {label:{width}}{shape.format(middle):>14}  {'>= ' + target_text:>10}  {verdict(middle >= target)}")
     print(f"  {'    the rounds, sorted (the median: 95 % between)':{width}}"
           f"{', '.join(shape.format(v) for v in sorted(values))}  ({shape.format(low)} to {shape.format(high)})")
+
+
+def host_pace(samples: int = 5) -> list[float]:
+    """The host's pace for interpreted code right now: ns per iteration of a plain Python loop, ``samples`` times.
+
+    A shared VM's host can run the same bytecode up to twice as slowly from one second to the next (a busy
+    sibling of the core, another guest), while the kernel's part of a spawn does not move: the engine is
+    mostly interpreted code and a spawn mostly kernel, so the ratios shift with it. A bench prints this
+    beside its figures so that runs on different hosts, or different hours, can be told apart."""
+    paces = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        total = 0
+        for number in range(PACE_ITERATIONS):
+            total += number
+        paces.append((time.perf_counter() - started) / PACE_ITERATIONS * 1e9)
+    return paces
+
+
+def pace_text(paces: Sequence[float]) -> str:
+    """``host_pace``'s samples for a report: their range and median."""
+    return (f"a plain Python loop {min(paces):.0f}-{max(paces):.0f} ns per iteration "
+            f"(median {statistics.median(paces):.0f} of {len(paces)} samples)")

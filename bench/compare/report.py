@@ -7,6 +7,7 @@ import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from rounds import host_pace, pace_text
 from rows import ROWS, Figure
 
 from knarr.config.models import ExecutorConfig
@@ -30,14 +31,16 @@ class Machine:
     memory: str
     kernel: str
     load_before: tuple[float, float, float]
+    paces: tuple[float, ...] = ()  # the host's pace for interpreted code (bench/rounds.py), before and after
     load_after: tuple[float, float, float] | None = None
 
     @classmethod
     def now(cls) -> Machine:
-        return cls(os.cpu_count() or 0, _cpu_model(), _memory(), platform.release(), os.getloadavg())
+        return cls(os.cpu_count() or 0, _cpu_model(), _memory(), platform.release(), os.getloadavg(),
+                   tuple(host_pace()))
 
     def finish(self) -> Machine:
-        return replace(self, load_after=os.getloadavg())
+        return replace(self, load_after=os.getloadavg(), paces=self.paces + tuple(host_pace()))
 
 
 def _cpu_model() -> str:
@@ -135,7 +138,9 @@ def render(figures: list[Figure], machine: Machine, args, seconds: float, python
         "UI off in every row; every run's output checked complete and correct.",
         "",
         f"Machine: {machine.cores} cores, {machine.model}, {machine.memory}, Linux {machine.kernel}; "
-        f"load average (1/5/15 min) {_load(machine.load_before)} before, {_load(machine.load_after)} after. "
+        f"load average (1/5/15 min) {_load(machine.load_before)} before, {_load(machine.load_after)} after; "
+        f"the host's pace for interpreted code, before and after: "
+        f"{pace_text(machine.paces) if machine.paces else 'not measured'}. "
         f"Messages: W1 {counts.get('w1', '–')}, W2 {counts.get('w2', '–')} (×10 tasks); one local Kafka broker; "
         f"harness on Python {platform.python_version()}, {on}; {seconds:.0f} s in all. "
         "A shared machine: other load moves these figures, so compare engines within one run, not across runs.",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from rounds import median_interval, nearest_median  # noqa: E402
+from rounds import host_pace, median_interval, nearest_median, pace_text  # noqa: E402
 
 
 def test_the_interval_holds_the_median_and_lies_within_the_rounds():
@@ -30,3 +30,9 @@ def test_one_round_is_its_own_interval():
 def test_the_round_shown_in_detail_is_the_one_nearest_the_median():
     assert nearest_median([0.80, 0.95, 0.88, 0.85, 0.90]) == 2  # the median itself
     assert nearest_median([12.0]) == 0
+
+
+def test_the_hosts_pace_is_sampled_as_often_as_asked_and_reported_as_its_range_and_median():
+    paces = host_pace(samples=3)
+    assert len(paces) == 3 and all(0 < pace < 10_000 for pace in paces)  # ns per iteration of a plain loop
+    assert pace_text([70.2, 121.0, 95.4]) == "a plain Python loop 70-121 ns per iteration (median 95 of 3 samples)"
