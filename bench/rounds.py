@@ -14,7 +14,7 @@ import statistics
 import time
 from collections.abc import Sequence
 
-PACE_ITERATIONS = 500_000  # one sample of the host's pace: about 15-60 ms of a plain loop
+PACE_ITERATIONS = 500_000  # one sample of the host's pace: 15-35 ms of a plain loop on the development VMs
 
 
 def median_interval(values: Sequence[float], draws: int = 10_000) -> tuple[float, float]:
