@@ -32,7 +32,7 @@ from collections.abc import Mapping
 
 from knarr.api.tasks import ExecutorTask
 from knarr.config.models import ExecutorConfig, PersistentConfig
-from knarr.engine.backoff import is_expired, retry_delay
+from knarr.engine.backoff import retry_delay
 from knarr.engine.capture import decode_head
 from knarr.engine.frames import PROTOCOL_VERSION, Frame, FrameError, encode
 from knarr.engine.processes import ProcessOutcome, launch_problem
@@ -210,9 +210,9 @@ class ProgramPool:
                         waited = True
                         self._waiting += 1
                     self._stalled(exc.message)
-                    if is_expired(time.time(), expires_at):
+                    if not await self._backoff_within(expires_at):
                         return None
-                    continue  # _take waits out the restart backoff first
+                    continue  # the restart backoff is over: start again
                 if command == self._configured:
                     self._unstalled("persistent programs start again; waiting tasks go on")
                 return program
@@ -221,6 +221,18 @@ class ProgramPool:
                 self._waiting -= 1
                 if not self._waiting:
                     self._unstalled("no task waits for a persistent program any more")
+
+    async def _backoff_within(self, expires_at: float | None) -> bool:
+        """Wait out the restart backoff, or until ``expires_at`` if that comes first (False then: a
+        waiting task expires on time, not up to a backoff late)."""
+        wait = self._next_start - time.monotonic()
+        left = None if expires_at is None else expires_at - time.time()
+        if left is not None and left <= max(wait, 0.0):
+            await asyncio.sleep(max(left, 0.0))
+            return False
+        if wait > 0:
+            await asyncio.sleep(wait)
+        return True
 
     def _stalled(self, why: str) -> None:
         if self.stall is None:
