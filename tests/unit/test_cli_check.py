@@ -150,8 +150,8 @@ def test_check_warns_about_a_persistent_program_that_is_not_there(tmp_path):
                       "executor: {persistent: {command: [no-such-task-program, --serve]}}\n")
     proc = knarr("check", "--config", str(config), "--handler", "knarr.demo.handler:SearchHandler")
     assert proc.returncode == 0, proc.stderr
-    assert ("warning: executor.persistent.command's program 'no-such-task-program' is neither an executable file "
-            "nor on PATH on this machine: a worker refuses to start where no program of it can start") in proc.stdout
+    assert ("warning: executor.persistent.command's program 'no-such-task-program' is not an executable file on "
+            "this machine (searched in $PATH): a worker refuses to start where it cannot run") in proc.stdout
 
 
 def test_check_warns_about_an_executor_binary_that_cannot_run_here(tmp_path):

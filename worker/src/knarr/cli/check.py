@@ -9,7 +9,6 @@ that work but probably are not what was meant) do not fail it.
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -105,13 +104,11 @@ def warnings(config: KnarrConfig, handler_cls: type) -> list[str]:
         if not config.dlq.path:
             out.append(f"the source is local but dlq.path is empty: dead letters go to the Kafka topic "
                        f"{config.dlq_topic!r} at {config.dlq_brokers!r}; set dlq.path to keep them in a file")
-    problem = binary_problem(config.executor.binary_path)
-    if problem:
-        out.append(f"{problem}: a worker refuses to start where it cannot run")
     persistent = config.executor.persistent
-    if persistent is not None and persistent.command and shutil.which(persistent.command[0]) is None:
-        out.append(f"executor.persistent.command's program {persistent.command[0]!r} is neither an executable file "
-                   "nor on PATH on this machine: a worker refuses to start where no program of it can start")
+    programs = [binary_problem(config.executor.binary_path),
+                binary_problem(persistent.command[0], "executor.persistent.command's program")
+                if persistent is not None and persistent.command else None]
+    out.extend(f"{problem}: a worker refuses to start where it cannot run" for problem in programs if problem)
     cache = config.cache
     if not cache.enabled and (cache.db_dir or cache.shared is not None):
         out.append("cache.db_dir or cache.shared is set but cache.enabled is false: the handler cache is off "

@@ -138,13 +138,13 @@ def launch_problem(argv: Sequence[object], env: Mapping[object, object] | None, 
     return None
 
 
-def binary_problem(binary: str | None) -> str | None:
-    """Why ``executor.binary_path`` cannot run on this machine, or None (also when it is unset). Looked up
-    as the runner looks it up: a path as it is, a bare name in the worker's PATH."""
+def binary_problem(binary: str | None, setting: str = "executor.binary_path") -> str | None:
+    """Why the program ``setting`` names cannot run on this machine, or None (also when it is unset).
+    Looked up as a program is started: a path as it is, a bare name in the worker's PATH."""
     if not binary or shutil.which(binary) is not None:
         return None
     where = "" if "/" in binary else " (searched in $PATH)"
-    return f"executor.binary_path {binary!r} is not an executable file on this machine{where}"
+    return f"{setting} {binary!r} is not an executable file on this machine{where}"
 
 
 def _spawn_error(exc: OSError) -> str:
