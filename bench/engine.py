@@ -582,6 +582,7 @@ def ceiling(floor: Figure | None, b: Figure) -> None:
         print(f"  {'    a task process in (b): its CPU (from C: the child above)':58}{in_b:>10.0f} us  "
               f"({child_us:.0f} us)")
         print_ceilings("child in (b)", in_b, b.cpu_us, broker_us, floor.rate, "{:.2f} x the floor")
+        taken_apart(b, floor, "spawn mode", "the floor")
     loop_ceiling(b, floor.rate, "{:.2f} x the floor")
 
 
@@ -597,7 +598,28 @@ def persistent_ceiling(kept: Figure, b: Figure) -> None:
     broker_us = kept.broker_cpu_seconds / kept.count * 1e6
     print(f"  {'    CPU per task: the program, the local broker':58}{program_us:>7.0f}, {broker_us:.0f} us")
     print_ceilings("program", program_us, kept.cpu_us, broker_us, b.rate, "{:.1f} x spawn mode")
+    if b.children_cpu_seconds and b.broker_cpu_seconds is not None:
+        taken_apart(kept, b, "persistent", "spawn mode")
     loop_ceiling(kept, b.rate, "{:.1f} x spawn mode")
+
+
+def task_cpu_us(figure: Figure) -> float:
+    """All the CPU one task cost on these cores: its process (or its share of a program's), the worker
+    (or the C floor's parent) and the local broker, when it was measured."""
+    broker = figure.broker_cpu_seconds / figure.count * 1e6 if figure.broker_cpu_seconds is not None else 0.0
+    return figure.children_us + figure.cpu_us + broker
+
+
+def taken_apart(fast: Figure, slow: Figure, name: str, other: str) -> None:
+    """A ratio of two rates taken apart, exactly: tasks/s = busy cores / CPU per task, so
+    fast / slow = (slow's CPU per task / fast's) x (fast's busy cores / slow's). The first says
+    what cheaper tasks would give, the second whether the cores were kept as busy (one event loop
+    cannot fill two cores; a spawn's waits leave them idle)."""
+    fast_us, slow_us = task_cpu_us(fast), task_cpu_us(slow)
+    fast_busy, slow_busy = fast.rate * fast_us / 1e6, slow.rate * slow_us / 1e6
+    print(f"  {f'    {name} / {other}, taken apart: CPU per task, then busy cores':58}"
+          f"{slow_us / fast_us:>10.2f} x {fast_busy / slow_busy:.2f}  "
+          f"({slow_us:.0f} / {fast_us:.0f} us; {fast_busy:.2f} / {slow_busy:.2f} of {os.cpu_count() or 1} cores)")
 
 
 def loop_ceiling(figure: Figure, reference: float, against: str) -> None:

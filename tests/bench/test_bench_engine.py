@@ -46,6 +46,16 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
     for values in spreads:
         low, high, *bounds = (float(v.rstrip("x")) for v in values)
         assert low <= high and low <= bounds[0] <= bounds[1] <= high, table
+    # each ratio of the round nearest the median, taken apart into CPU per task and busy cores, exactly
+    for nearest, apart in (("C floor, spawn mode", "spawn mode / the floor"), ("persistent, spawn mode",
+                                                                             "persistent / spawn mode")):
+        slow, fast = (float(v) for v in re.search(rf"the round nearest the median: {nearest} +(\S+), (\S+) /s",
+                                                   table).groups())
+        if nearest.startswith("persistent"):
+            slow, fast = fast, slow
+        cpu, busy = (float(v) for v in re.search(rf"{apart}, taken apart: CPU per task, then busy cores +(\S+) x (\S+)",
+                                                  table).groups())
+        assert cpu * busy == pytest.approx(fast / slow, rel=0.02, abs=0.02), table
     floor = re.search(r"the Python floor: no engine \(bench/python_floor.py\) +(\d+) /s", table)
     assert floor and int(floor[1]) > 0, table  # every message of its own topic went through it
     assert "recorder" in table.lower()
