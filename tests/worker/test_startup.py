@@ -7,23 +7,29 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 
 from knarr.config.environment import TERMINATION_LOG_ENV
 from knarr.errors import ExitCode
 from knarr.observability.kafka_logs import ClientLog
 
+from tests.worker.seccomp import refuse_pidfd_open
+
 HANDLER = f"{Path(__file__).resolve().parents[2]}/examples/quickstart/handler.py:WordCounter"
 INPUT = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "input.jsonl"
 
 
-def run_worker(tmp_path: Path, config: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_worker(tmp_path: Path, config: str, env: dict[str, str] | None = None,
+               preexec_fn: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "knarr.yaml"
     path.write_text(config)
     return subprocess.run([sys.executable, "-m", "knarr.cli", "run", "--config", str(path), "--handler", HANDLER],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})},
+                          preexec_fn=preexec_fn)
 
 
 def test_an_unreachable_kafka_sink_stops_startup_with_exit_code_3_naming_the_sink(tmp_path):
@@ -132,13 +138,14 @@ def test_kafka_settings_the_client_refuses_stop_startup_with_exit_code_2_naming_
     assert "hunter2" not in proc.stderr and "Traceback" not in proc.stderr
 
 
-def _local_run(tmp_path: Path, executor: str) -> subprocess.CompletedProcess[str]:
+def _local_run(tmp_path: Path, executor: str,
+               preexec_fn: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
     """A run on the local source, its termination message written to tmp_path/termination-log."""
     return run_worker(tmp_path, f"source: {{type: local, local: {{path: '{INPUT}', offsets_path: '{tmp_path}/offsets'}}}}\n"
                                 f"sinks: {{filesystem: {{out: {{base_path: '{tmp_path}/out'}}}}}}\n"
                                 f"dlq: {{path: '{tmp_path}/dlq.jsonl'}}\n"
                                 f"executor: {executor}\nmetrics: {{enabled: false}}\n",
-                      env={TERMINATION_LOG_ENV: str(tmp_path / "termination-log")})
+                      env={TERMINATION_LOG_ENV: str(tmp_path / "termination-log")}, preexec_fn=preexec_fn)
 
 
 def _took_nothing(tmp_path: Path) -> bool:
@@ -169,3 +176,25 @@ def test_a_persistent_program_that_cannot_start_stops_startup_with_exit_code_2_b
     # What the operator shows as the Pipeline's condition.
     assert (tmp_path / "termination-log").read_text().startswith(
         "ConfigRejected: executor.persistent.command ['/no/such/program'] cannot start: ")
+
+
+@pytest.mark.parametrize("executor", ["{persistent: {command: [/bin/cat]}}", "{spawner: thread}"])
+def test_a_kernel_that_refuses_pidfds_stops_startup_with_exit_code_2_saying_what_it_needs(tmp_path, executor):
+    # A real refusal: the worker runs under a seccomp filter that answers pidfd_open with ENOSYS, as an old
+    # kernel or a strict container profile would. Persistent programs and the spawner thread need pidfds.
+    proc = _local_run(tmp_path, executor, preexec_fn=refuse_pidfd_open)
+    assert proc.returncode == ExitCode.USAGE, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "knarr run: the kernel refused pidfd_open (Function not implemented): knarr watches each task's process "
+        "through a pidfd, which needs Linux 5.3 or later and, in a container, a seccomp profile that allows "
+        "pidfd_open. The worker took no message. Run it on a newer kernel, or allow pidfd_open in the container's "
+        "seccomp profile.")
+    assert "Traceback" not in proc.stderr and _took_nothing(tmp_path)
+    assert (tmp_path / "termination-log").read_text().startswith("ConfigRejected: the kernel refused pidfd_open")
+
+
+def test_the_native_runner_needs_no_pidfd_open_and_runs_where_the_kernel_refuses_it(tmp_path):
+    # It takes each task's pidfd from clone() itself: the same filter leaves spawn mode working.
+    proc = _local_run(tmp_path, "{spawner: native, binary_path: /usr/bin/wc}", preexec_fn=refuse_pidfd_open)
+    assert proc.returncode == 0, proc.stderr
+    assert any((tmp_path / "out").rglob("*")) and (tmp_path / "offsets").exists()

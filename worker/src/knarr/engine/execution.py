@@ -21,7 +21,7 @@ from knarr.engine.environment import task_environment
 from knarr.engine.hooks import call_hook, call_sync_hook, defines
 from knarr.engine.ledger import Failed, Outcome, Replaced, Succeeded
 from knarr.engine.persistent import ProgramPool, program_command
-from knarr.engine.processes import ProcessOutcome, RunnerSlot, binary_problem, run_process
+from knarr.engine.processes import ProcessOutcome, RunnerSlot, binary_problem, pidfd_problem, run_process
 from knarr.engine.scheduling import SlotScheduler, priority_key
 from knarr.errors import ConfigError
 from knarr.observability import metrics
@@ -81,6 +81,12 @@ class TaskExecutor:
         if problem:
             raise ConfigError(f"{problem}. The worker took no message. Fix the path, or the image it runs in, "
                               "or unset it and give each task its own binary_path.")
+        persistent = self.config.persistent
+        if self._runner is None or (persistent is not None and persistent.command):
+            problem = pidfd_problem()
+            if problem:
+                raise ConfigError(f"{problem}. The worker took no message. Run it on a newer kernel, or allow "
+                                  "pidfd_open in the container's seccomp profile.")
         await self.programs.prestart()
 
     async def close(self) -> None:

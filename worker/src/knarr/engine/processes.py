@@ -147,6 +147,22 @@ def binary_problem(binary: str | None, setting: str = "executor.binary_path") ->
     return f"{setting} {binary!r} is not an executable file on this machine{where}"
 
 
+PIDFD_NEEDS = ("knarr watches each task's process through a pidfd, which needs Linux 5.3 or later and, in a "
+               "container, a seccomp profile that allows pidfd_open")
+
+
+def pidfd_problem() -> str | None:
+    """Why this machine gives no pidfds (``pidfd_open``), or None. The spawner thread and persistent
+    programs need them; the native runner takes its pidfds from ``clone`` itself."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except AttributeError:
+        return f"this Python has no os.pidfd_open: {PIDFD_NEEDS}"
+    except OSError as exc:
+        return f"the kernel refused pidfd_open ({exc.strerror or exc}): {PIDFD_NEEDS}"
+    return None
+
+
 def _spawn_error(exc: OSError) -> str:
     reason = exc.strerror or str(exc)
     if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR):

@@ -199,7 +199,10 @@ class Program:
         self.gone: str | None = None  # why it takes no more tasks (set once, with the kill or retirement)
         self._pending: memoryview | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
-        self.pidfd = os.pidfd_open(self.pid)
+        try:
+            self.pidfd = os.pidfd_open(self.pid)
+        except OSError as exc:  # what launch failures say: the kernel's refusal, and what it would take
+            raise OSError(exc.errno, f"pidfd_open: {exc.strerror}; {processes.PIDFD_NEEDS}") from None
         self.loop.add_reader(self.stdout, self._on_stdout)
         self.loop.add_reader(self.stderr, self._on_stderr)
         self.loop.add_reader(self.pidfd, self._on_exit)
