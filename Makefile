@@ -170,6 +170,15 @@ bench-backlog: setup
 	hack/kafka/kafka.sh up
 	$(UV) run python bench/backlog.py $(BENCH_ARGS)
 
+.PHONY: bench-instructions
+
+# The worker's instructions per task in spawn mode, counted by valgrind's callgrind (local Kafka):
+# a cost a shared host's pace does not move, for judging changes to the engine (BENCH_ARGS: --messages N --runs N --mode ...)
+bench-instructions: setup
+	hack/kafka/kafka.sh up
+	@command -v valgrind >/dev/null || NAME=bench bash -c '. hack/services/_common.bash && apt_install valgrind'
+	$(UV) run python bench/instructions.py $(BENCH_ARGS)
+
 .PHONY: bench-recorder
 
 # The flight recorder's cost: engine throughput with debug off and on, alternating, in one run (local Kafka)

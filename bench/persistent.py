@@ -176,14 +176,14 @@ async def run_mode(bootstrap: str, mode: str, messages: int, max_executors: int,
     ``delay_us``: persistent mode's program waits that long in each task (bench/echo_task.py --delay-us).
     ``poll_us``: it looks for its next request that long before blocking (--poll-us, knarr.task's poll_seconds).
     """
-    figure, programs_cpu, _source = await _run_worker(bootstrap, mode, *prefill(bootstrap, messages), max_executors,
-                                                      per_task, delay_us, poll_us)
+    figure, programs_cpu, _source = await run_worker(bootstrap, mode, *prefill(bootstrap, messages), max_executors,
+                                                     per_task, delay_us, poll_us)
     return figure, programs_cpu
 
 
-async def _run_worker(bootstrap: str, mode: str, topic: str, ends: dict[int, int], max_executors: int,
-                      per_task: int = 1, delay_us: float = 0.0,
-                      poll_us: float = 0.0) -> tuple[Figure, float | None, TimedSource]:
+async def run_worker(bootstrap: str, mode: str, topic: str, ends: dict[int, int], max_executors: int,
+                     per_task: int = 1, delay_us: float = 0.0,
+                     poll_us: float = 0.0) -> tuple[Figure, float | None, TimedSource]:
     output = unique_name("bench-persistent-out")
     create_topic(bootstrap, output, 1)
     executor = {"binary_path": SPAWN_BINARY, "max_executors": max_executors, "task_timeout_seconds": 30}
@@ -231,11 +231,11 @@ async def run_workers(bootstrap: str, mode: str, messages: int, max_executors: i
     runs = []
     for child in children:
         out, _ = await child.communicate()
-        lines = [line for line in out.decode().splitlines() if line.startswith(_RESULT)]
+        lines = [line for line in out.decode().splitlines() if line.startswith(ONE_WORKER_RESULT)]
         if child.returncode != 0 or not lines:
             raise RuntimeError(f"a {mode} worker of the {workers}-worker run failed (exit {child.returncode}; "
                                "its log is above)")
-        runs.append(json.loads(lines[-1][len(_RESULT):]))
+        runs.append(json.loads(lines[-1][len(ONE_WORKER_RESULT):]))
     first = min(runs, key=lambda run: run["first_at"])
     last = max(runs, key=lambda run: run["done_at"])
     broker = None
@@ -246,15 +246,15 @@ async def run_workers(bootstrap: str, mode: str, messages: int, max_executors: i
                   children_cpu_seconds=sum(run["programs_cpu"] or 0.0 for run in runs), broker_cpu_seconds=broker)
 
 
-_RESULT = "one-worker result: "
+ONE_WORKER_RESULT = "one-worker result: "
 
 
 async def _one_worker(spec: dict) -> int:
     """A worker of run_workers, in its own process: one run, its figures on stdout."""
     ends = {int(partition): end for partition, end in spec["ends"].items()}
-    figure, programs_cpu, source = await _run_worker(spec["bootstrap"], spec["mode"], spec["topic"], ends,
-                                                     spec["max_executors"])
-    print(_RESULT + json.dumps({  # perf_counter is the system's monotonic clock: comparable across processes
+    figure, programs_cpu, source = await run_worker(spec["bootstrap"], spec["mode"], spec["topic"], ends,
+                                                    spec["max_executors"])
+    print(ONE_WORKER_RESULT + json.dumps({  # perf_counter is the system's monotonic clock: comparable across processes
         "count": figure.count, "first_at": source.first_at, "done_at": source.done_at,
         "cpu_seconds": figure.cpu_seconds, "loop_cpu_seconds": figure.loop_cpu_seconds,
         "programs_cpu": programs_cpu, "first_broker": source.first_broker, "done_broker": source.done_broker}),
