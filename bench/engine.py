@@ -1,7 +1,7 @@
 """Engine throughput and CPU cost per task, against the C spawn floor of the same binary (make bench).
 
 The headline, from one run on one machine (the local Kafka broker, started or reused, and warmed
-up by an untimed engine run), for W1: one /bin/echo task per message, one Kafka output per
+up by untimed engine runs until its CPU per task settles), for W1: one /bin/echo task per message, one Kafka output per
 message, default settings:
 
   - the C spawn floor: the same spawns from C (bench/spawn_floor.c), max_executors at a time
@@ -394,6 +394,33 @@ async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_execu
     return figure, worker
 
 
+WARM_UP_RUNS = 6  # at most
+WARM_UP_SETTLED = 0.75  # the broker's CPU per task fell by less than a quarter from one run to the next
+
+
+async def warm_broker(bootstrap: str, messages: int, max_executors: int) -> list[float | None]:
+    """Untimed engine runs of ``messages`` until the local broker's CPU per task stops falling by a
+    quarter or more from one run to the next (at most WARM_UP_RUNS); its CPU per task in each run.
+
+    A broker just started is still compiling its hot paths: `make bench` right after `kafka.sh up`
+    once cost the broker 322 us per spawn-mode task, against 66 us in the next run, and after one
+    warm-up run of 4,000 messages still 208 us in its rounds, against 30 us an hour later. `make bench`
+    starts the broker when none runs, so a first run on a fresh machine is always such a run. Right
+    after a start these runs measured 353, 132 and 127 us, and the round shown after them 56 us: the
+    broker goes on warming slowly, but no longer weighs four times its steady cost. On a warm broker:
+    two runs (47, 45 us). One run where the broker is not this checkout's (no CPU to read).
+    """
+    warmed: list[float | None] = []
+    for run in range(1, WARM_UP_RUNS + 1):
+        print(f"warm-up {run}: {messages} messages through the engine, untimed ...", file=sys.stderr)
+        figure, _ = await engine_run(bootstrap, *prefill(bootstrap, messages), max_executors)
+        broker = figure.broker_cpu_seconds
+        warmed.append(None if broker is None else broker / figure.count * 1e6)
+        if warmed[-1] is None or (len(warmed) > 1 and warmed[-1] > WARM_UP_SETTLED * warmed[-2]):
+            break
+    return warmed
+
+
 # --- report --------------------------------------------------------------------------------
 async def persistent_row(bootstrap: str, messages: int, max_executors: int, delay_us: float = 0.0,
                          poll_us: float = 0.0) -> Figure | None:
@@ -465,7 +492,7 @@ async def run_round(number: int, total: int, bootstrap: str, topic: str, ends: d
 def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], a_ref: Figure,
            b_unpaused: Figure | None, a_thread: Figure | None = None, b_thread: Figure | None = None,
            paced: Figure | None = None, least: Figure | None = None, polled: Figure | None = None,
-           paces: list[float] | None = None) -> None:
+           paces: list[float] | None = None, warmed: list[float | None] | None = None) -> None:
     """The figures. The two ratios are read from rounds (a C floor, spawn mode and persistent mode back to
     back): the median of the rounds' ratios is the verdict, a bootstrap interval beside it; the round
     nearest that median is shown in detail. (a) ran twice, before and after the diagnostics: the better run."""
@@ -476,6 +503,10 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
           f"load average {os.getloadavg()[0]:.2f}")
     if paces:
         print(f"  the host's pace for interpreted code, before and after the rounds: {pace_text(paces)}")
+    if warmed:
+        each = ", ".join("not measured" if us is None else f"{us:.0f} us" for us in warmed)
+        print(f"  warm-up: {len(warmed)} untimed run(s) of {min(args.warm_up_messages, messages)} messages; "
+              f"the broker's CPU per task in each: {each}")
     print(f"  {'figure':58}{'value':>14}  {'target':>10}  verdict")
     floored = [r for r in rounds if r.floor is not None]
     shown = floored[nearest_median([r.floor_ratio for r in floored])] if floored else \
@@ -679,9 +710,9 @@ async def main() -> int:
     parser.add_argument("--recorder-messages", type=int, default=8_000,
                         help="messages per run of the flight recorder's off/on comparison (0: skip it)")
     parser.add_argument("--warm-up-messages", type=int, default=4_000,
-                        help="an untimed engine run first, at most --messages (0: none): a broker just started "
-                             "is still compiling its hot paths (a make bench right after its start: 322 us of "
-                             "broker CPU per task in spawn mode, against 66 us in the next one)")
+                        help="messages of each untimed engine run before the rounds, at most --messages (0: none); "
+                             "runs go on until the local broker's CPU per task settles (a broker just started is "
+                             "still compiling its hot paths), at most 6")
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
     args = parser.parse_args()
 
@@ -695,9 +726,7 @@ async def main() -> int:
     unpaused_topic, unpaused_ends = prefill(bootstrap, args.messages) if not args.skip_unpaused else ("", {})
     profile_topic, profile_ends = prefill(bootstrap, args.profile_messages) if args.profile_messages else ("", {})
     warm_up = min(args.warm_up_messages, args.messages)
-    if warm_up > 0:
-        print(f"warm-up: {warm_up} messages through the engine, untimed ...", file=sys.stderr)
-        await engine_run(bootstrap, *prefill(bootstrap, warm_up), args.max_executors)
+    warmed = await warm_broker(bootstrap, warm_up, args.max_executors) if warm_up > 0 else []
     many = 0
     if not args.skip_persistent:
         from persistent import persistent_count  # (it imports this module: not at the top)
@@ -741,7 +770,7 @@ async def main() -> int:
     for number in range(2, args.rounds + 1):
         rounds.append(await run_round(number, args.rounds, bootstrap, *round_topics[number - 1], args, many))
     paces += host_pace()
-    report(args, rounds, spawns, a_ref, b_unpaused, a_thread, b_thread, paced, least, polled, paces)
+    report(args, rounds, spawns, a_ref, b_unpaused, a_thread, b_thread, paced, least, polled, paces, warmed)
 
     if args.recorder_messages:
         print("flight recorder off and on, alternating (bench/recorder.py) ...", file=sys.stderr)

@@ -59,3 +59,6 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
     floor = re.search(r"the Python floor: no engine \(bench/python_floor.py\) +(\d+) /s", table)
     assert floor and int(floor[1]) > 0, table  # every message of its own topic went through it
     assert "recorder" in table.lower()
+    # untimed runs until the broker's CPU per task settles, each run's figure shown
+    warm_up = r"warm-up: \d untimed run\(s\) of 300 messages; the broker's CPU per task in each: (\d+ us|not measured)"
+    assert re.search(warm_up, table), table
