@@ -1,8 +1,8 @@
 """Engine throughput and CPU cost per task, against the C spawn floor of the same binary (make bench).
 
 The headline, from one run on one machine (the local Kafka broker, started or reused, and warmed
-up by untimed engine runs until its CPU per task settles), for W1: one /bin/echo task per message, one Kafka output per
-message, default settings:
+up by untimed engine runs until its CPU per task settles), for W1: one /bin/echo task per message,
+one Kafka output per message, default settings:
 
   - the C spawn floor: the same spawns from C (bench/spawn_floor.c), max_executors at a time
   - spawn mode: the engine end to end (b below), and its ratio to the floor  target >= 0.9
@@ -172,6 +172,11 @@ class Figure:
     def children_us(self) -> float:
         """The task processes' (or programs') CPU per task."""
         return self.children_cpu_seconds / self.count * 1e6
+
+    @property
+    def broker_us(self) -> float | None:
+        """The local broker's CPU per task, or None where it was not measured (not this checkout's broker)."""
+        return None if self.broker_cpu_seconds is None else self.broker_cpu_seconds / self.count * 1e6
 
 
 # --- (a) the raw spawn path ----------------------------------------------------------------
@@ -414,8 +419,7 @@ async def warm_broker(bootstrap: str, messages: int, max_executors: int) -> list
     for run in range(1, WARM_UP_RUNS + 1):
         print(f"warm-up {run}: {messages} messages through the engine, untimed ...", file=sys.stderr)
         figure, _ = await engine_run(bootstrap, *prefill(bootstrap, messages), max_executors)
-        broker = figure.broker_cpu_seconds
-        warmed.append(None if broker is None else broker / figure.count * 1e6)
+        warmed.append(figure.broker_us)
         if warmed[-1] is None or (len(warmed) > 1 and warmed[-1] > WARM_UP_SETTLED * warmed[-2]):
             break
     return warmed
@@ -584,8 +588,8 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
     print(f"  {'    of (d), librdkafka (consumer, producer threads)':58}{b.kafka_cpu_seconds / b.count * 1e6:>10.0f} us")
     other = b.cpu_seconds - b.loop_cpu_seconds - b.kafka_cpu_seconds
     print(f"  {'    of (d), the rest (spawner, other threads)':58}{other / b.count * 1e6:>10.0f} us")
-    if b.broker_cpu_seconds is not None:
-        print(f"  {'    not in (d): the local broker (JVM), per task':58}{b.broker_cpu_seconds / b.count * 1e6:>10.0f} us")
+    if b.broker_us is not None:
+        print(f"  {'    not in (d): the local broker (JVM), per task':58}{b.broker_us:>10.0f} us")
     print(f"      ({b.count} tasks in {b.seconds:.2f}s, {b.cpu_seconds:.2f} CPU-s of the worker process; "
           f"spawns: {a.count} in {a.seconds:.2f}s)")
 
@@ -604,7 +608,7 @@ def ceiling(floor: Figure | None, b: Figure) -> None:
     cores = os.cpu_count() or 1
     child_us = floor.children_us
     spawn_us = floor.cpu_us + child_us
-    broker_us = b.broker_cpu_seconds / b.count * 1e6
+    broker_us = b.broker_us
     print(f"  {'    the C floor: CPU per spawn, parent + child':58}{spawn_us:>10.0f} us  "
           f"(busy cores: {floor.rate * spawn_us / 1e6:.2f} of {cores})")
     print_ceilings("child", child_us, b.cpu_us, broker_us, floor.rate, "{:.2f} x the floor")
@@ -626,7 +630,7 @@ def persistent_ceiling(kept: Figure, b: Figure) -> None:
     if not kept.children_cpu_seconds or kept.broker_cpu_seconds is None:
         return
     program_us = kept.children_us
-    broker_us = kept.broker_cpu_seconds / kept.count * 1e6
+    broker_us = kept.broker_us
     print(f"  {'    CPU per task: the program, the local broker':58}{program_us:>7.0f}, {broker_us:.0f} us")
     print_ceilings("program", program_us, kept.cpu_us, broker_us, b.rate, "{:.1f} x spawn mode")
     if b.children_cpu_seconds and b.broker_cpu_seconds is not None:
@@ -637,8 +641,7 @@ def persistent_ceiling(kept: Figure, b: Figure) -> None:
 def task_cpu_us(figure: Figure) -> float:
     """All the CPU one task cost on these cores: its process (or its share of a program's), the worker
     (or the C floor's parent) and the local broker, when it was measured."""
-    broker = figure.broker_cpu_seconds / figure.count * 1e6 if figure.broker_cpu_seconds is not None else 0.0
-    return figure.children_us + figure.cpu_us + broker
+    return figure.children_us + figure.cpu_us + (figure.broker_us or 0.0)
 
 
 def taken_apart(fast: Figure, slow: Figure, name: str, other: str) -> None:

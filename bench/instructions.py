@@ -49,10 +49,12 @@ MODES = ("spawn", "persistent")
 
 
 def counted(path: Path) -> int:
-    """The instructions a callgrind output file counted in all (its ``summary:`` or ``totals:`` line)."""
-    for line in path.read_text().splitlines():
-        if line.startswith(("summary:", "totals:")):
-            return int(line.split()[1])
+    """The instructions a callgrind output file counted in all (its ``summary:`` or ``totals:`` line).
+    Read line by line: the file runs to megabytes (2 MB here), and the summary is in its header."""
+    with path.open() as lines:
+        for line in lines:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
     raise RuntimeError(f"{path} has no summary line: callgrind did not finish its run")
 
 

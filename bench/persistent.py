@@ -330,7 +330,7 @@ def report_floor(least: Figure, kept: Figure, spawn: Figure) -> None:
           f"   = {least.rate / spawn.rate:.1f}x spawn mode")
     print(f"  {'    its programs and the local broker, per task':44}{'':>10}"
           f"{least.children_us:>15.0f}, "
-          + (f"{least.broker_cpu_seconds / least.count * 1e6:.0f} us" if least.broker_cpu_seconds is not None else "-"))
+          + (f"{least.broker_us:.0f} us" if least.broker_us is not None else "-"))
     print(f"  {'    persistent mode / the Python floor':44}{kept.rate / least.rate:>9.2f}x tasks/s, "
           f"{kept.cpu_us / least.cpu_us:.1f}x worker CPU per task")
 
