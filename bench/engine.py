@@ -425,6 +425,16 @@ async def warm_broker(bootstrap: str, messages: int, max_executors: int) -> list
     return warmed
 
 
+def warm_up_text(warmed: list[float | None], messages: int) -> str:
+    """warm_broker's runs, for a bench's header: how many, of how many messages, the broker's CPU per task in each."""
+    each = ", ".join("not measured" if us is None else f"{us:.0f} us" for us in warmed)
+    return f"warm-up: {len(warmed)} untimed run(s) of {messages} messages; the broker's CPU per task in each: {each}"
+
+
+WARM_UP_HELP = ("messages of each untimed engine run before the timed ones (0: none); runs go on until the local "
+                "broker's CPU per task settles (a broker just started is still compiling its hot paths), at most 6")
+
+
 # --- report --------------------------------------------------------------------------------
 async def persistent_row(bootstrap: str, messages: int, max_executors: int, delay_us: float = 0.0,
                          poll_us: float = 0.0) -> Figure | None:
@@ -508,9 +518,7 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
     if paces:
         print(f"  the host's pace for interpreted code, before and after the rounds: {pace_text(paces)}")
     if warmed:
-        each = ", ".join("not measured" if us is None else f"{us:.0f} us" for us in warmed)
-        print(f"  warm-up: {len(warmed)} untimed run(s) of {min(args.warm_up_messages, messages)} messages; "
-              f"the broker's CPU per task in each: {each}")
+        print(f"  {warm_up_text(warmed, min(args.warm_up_messages, messages))}")
     print(f"  {'figure':58}{'value':>14}  {'target':>10}  verdict")
     floored = [r for r in rounds if r.floor is not None]
     shown = floored[nearest_median([r.floor_ratio for r in floored])] if floored else \
@@ -712,10 +720,7 @@ async def main() -> int:
     parser.add_argument("--skip-persistent", action="store_true", help="skip persistent mode's row")
     parser.add_argument("--recorder-messages", type=int, default=8_000,
                         help="messages per run of the flight recorder's off/on comparison (0: skip it)")
-    parser.add_argument("--warm-up-messages", type=int, default=4_000,
-                        help="messages of each untimed engine run before the rounds, at most --messages (0: none); "
-                             "runs go on until the local broker's CPU per task settles (a broker just started is "
-                             "still compiling its hot paths), at most 6")
+    parser.add_argument("--warm-up-messages", type=int, default=4_000, help=WARM_UP_HELP + "; at most --messages")
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
     args = parser.parse_args()
 

@@ -5,7 +5,8 @@ message that echoes its argument -> one Kafka output per message (the echoed tex
 committed. Spawn mode runs ``/bin/echo`` per task; persistent mode runs bench/echo_task.py (a
 Python program on the knarr.task SDK) in ``max_executors`` long-lived programs. The clock runs
 from the first consumed batch to the commit of the last offset (bench/engine.py's TimedSource),
-so persistent mode's figure includes starting its programs.
+so persistent mode's figure includes starting its programs. First, untimed engine runs warm the
+broker (``--warm-up-messages``, as make bench does: one just started would weigh on the first run).
 
 Prints tasks/s of each mode, their ratio (target >= 10x), and the worker's CPU per task
 (children excluded: in persistent mode the programs' own CPU is printed beside it). Then
@@ -28,6 +29,7 @@ After it, two more questions, each mode again:
   each mode once, back to back, the order alternating), as make bench reads its ratios (bench/rounds.py).
 
     python bench/persistent.py [--messages 20000] [--max-executors N] [--per-task 10,100] [--workers N] [--rounds 3]
+                               [--warm-up-messages 4000]
 
 Another bench calls :func:`compare` (it returns the figures) or :func:`run_mode`.
 """
@@ -51,7 +53,8 @@ sys.path.insert(0, str(BENCH.parent))
 
 import knarr  # noqa: E402
 from engine import TARGET_PERSISTENT_RATIO as TARGET_RATIO  # noqa: E402
-from engine import Figure, TimedSource, cpu_self, persistent_ceiling, prefill, stat_cpu_seconds  # noqa: E402
+from engine import (WARM_UP_HELP, Figure, TimedSource, cpu_self, persistent_ceiling, prefill,  # noqa: E402
+                    stat_cpu_seconds, warm_broker, warm_up_text)
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.engine import event_loop  # noqa: E402
 from knarr.engine.persistent import ProgramPool  # noqa: E402
@@ -419,6 +422,7 @@ async def main() -> int:
     parser.add_argument("--per-task", default="10,100",
                         help="also run each mode with one task per this many messages (comma-separated sizes; "
                              "empty: not)")
+    parser.add_argument("--warm-up-messages", type=int, default=4_000, help=WARM_UP_HELP + "; at most --messages")
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
     parser.add_argument("--one-worker", help=argparse.SUPPRESS)  # a process of the --workers runs
     args = parser.parse_args()
@@ -434,6 +438,9 @@ async def main() -> int:
         configure_logging("WARNING")
         return await _one_worker(json.loads(args.one_worker))
     bootstrap = args.bootstrap or ensure_kafka()
+    warm_up = min(args.warm_up_messages, args.messages)
+    if warm_up > 0:  # end-to-end runs below share the broker: a fresh one would weigh on the first of them
+        print(warm_up_text(await warm_broker(bootstrap, warm_up, args.max_executors), warm_up))
     print("executor layer alone ...", file=sys.stderr)
     report_executor(await executor_rates(args.executor_tasks, args.max_executors), args.max_executors)
     print("end to end, spawn mode then persistent mode ...", file=sys.stderr)

@@ -9,6 +9,8 @@ Workloads (the handlers beside this file, one per engine per workload):
 Each runs with the engine's defaults and with the same limits in both (rows.Limits), and W1
 once more on knarr with a persistent task program (echo_task.py, executor.persistent).
 
+Before the rows, untimed runs of knarr's engine in this process warm the broker (one just started
+is still compiling its hot paths, which the first row would pay; --warm-up-messages, 0: none).
 Every run: fresh topics; the worker is a process of its own (knarr run / drakkar_run.py); once a
 warm-up message has made it through, the harness produces all messages at once and reads the
 output topic back. Measured from outside:
@@ -23,6 +25,7 @@ A run counts only when its output holds exactly one correct record per message (
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
@@ -43,7 +46,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition  # noqa
 from knarr.kafka.clients import close_consumer, close_producer, open_consumer, open_producer, shared_admin  # noqa: E402
 
 import report  # noqa: E402
-from engine import stat_cpu_seconds  # noqa: E402
+from engine import WARM_UP_HELP, stat_cpu_seconds, warm_broker, warm_up_text  # noqa: E402
 from rows import (ENGINES, ROWS, Figure, Limits, Row, Topics, WrongOutput, check_outputs, drakkar_config,  # noqa: E402
                   figure, handler_spec, knarr_config, message)
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
@@ -272,6 +275,13 @@ def positive(text: str) -> int:
     return value
 
 
+def nonnegative(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"{text}: expected a whole number from 0 to 1,000,000")
+    return value
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engines", type=csv(ENGINES), default=list(ENGINES), help="default: knarr,drakkar")
@@ -287,6 +297,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
     parser.add_argument("--echo", default="/bin/echo")
     parser.add_argument("--grep", default="/usr/bin/grep" if Path("/usr/bin/grep").exists() else "/bin/grep")
+    parser.add_argument("--warm-up-messages", type=nonnegative, default=4_000,
+                        help=WARM_UP_HELP + "; knarr's engine in this process, on the same broker as the rows")
     parser.add_argument("--markdown", default="", help="also write the table and machine description to this file")
     args = parser.parse_args(argv)
     if "drakkar" in args.engines and not args.drakkar_python:
@@ -319,6 +331,10 @@ def main(argv: list[str] | None = None) -> int:
         print("bench-compare: nothing to run (the persistent row is knarr's alone)", file=sys.stderr)
         return 2
     bootstrap = args.bootstrap or ensure_kafka()
+    warmed = ""
+    if args.warm_up_messages:  # the first row would otherwise run on a broker still compiling its hot paths
+        warmed = warm_up_text(asyncio.run(warm_broker(bootstrap, args.warm_up_messages, args.limits.max_executors)),
+                              args.warm_up_messages)
     machine = report.Machine.now()
     figures: list[Figure] = []
     failures: list[str] = []
@@ -335,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         figures.append(result)
         print(f"  {result.msgs_per_s:.0f} msg/s, {result.cpu_us_per_task:.0f} µs CPU/task", file=sys.stderr, flush=True)
     text = report.render(figures, machine.finish(), args, time.monotonic() - started,
-                         {engine: interpreter(args, engine) for engine in args.engines})
+                         {engine: interpreter(args, engine) for engine in args.engines}, warmed)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text)

@@ -117,8 +117,10 @@ def table(figures: list[Figure]) -> list[str]:
     return lines
 
 
-def render(figures: list[Figure], machine: Machine, args, seconds: float, pythons: dict[str, str]) -> str:
-    """The table and what it was measured on; ``pythons``: each engine's interpreter, as the harness found it."""
+def render(figures: list[Figure], machine: Machine, args, seconds: float, pythons: dict[str, str],
+           warmed: str = "") -> str:
+    """The table and what it was measured on; ``pythons``: each engine's interpreter, as the harness found it;
+    ``warmed``: the broker's warm-up before the rows (engine.warm_up_text), if any."""
     on = "; ".join(f"{ENGINE_NAMES.get(engine, engine)} on {python}" for engine, python in pythons.items())
     counts = {f.row.workload: f.messages for f in figures}
     lines = [
@@ -142,7 +144,8 @@ def render(figures: list[Figure], machine: Machine, args, seconds: float, python
         f"the host's pace for interpreted code, before and after: "
         f"{pace_text(machine.paces) if machine.paces else 'not measured'}. "
         f"Messages: W1 {counts.get('w1', '–')}, W2 {counts.get('w2', '–')} (×10 tasks); one local Kafka broker; "
-        f"harness on Python {platform.python_version()}, {on}; {seconds:.0f} s in all. "
+        f"harness on Python {platform.python_version()}, {on}; {seconds:.0f} s in all"
+        f"{f' ({warmed})' if warmed else ''}. "
         "A shared machine: other load moves these figures, so compare engines within one run, not across runs.",
     ]
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import py_compile
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,7 @@ rows = _load("rows")
 def test_a_tiny_knarr_only_race_runs_on_the_real_broker_and_prints_its_table(kafka_bootstrap):
     proc = subprocess.run(
         [sys.executable, str(COMPARE / "race.py"), "--engines", "knarr", "--messages", "200", "--w2-messages", "20",
-         "--bootstrap", kafka_bootstrap],
+         "--warm-up-messages", "100", "--bootstrap", kafka_bootstrap],
         capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -43,6 +44,8 @@ def test_a_tiny_knarr_only_race_runs_on_the_real_broker_and_prints_its_table(kaf
         assert f"| {row.title} | knarr" in table, f"{row.name} missing from:\n{table}"
     assert "Drakkar 2.4.0 |" not in table  # knarr only: no Drakkar rows, no ratios against it
     assert "Machine: " in table and "load average" in table
+    warm_up = r"\(warm-up: \d untimed run\(s\) of 100 messages; the broker's CPU per task in each: (\d+ us|not measured)"
+    assert re.search(warm_up, table), table  # the broker warmed before the first row
 
 
 @pytest.mark.parametrize("name", ["drakkar_w1.py", "drakkar_w2.py", "drakkar_run.py"])

@@ -21,11 +21,13 @@ PERSISTENT_BENCH = Path(__file__).resolve().parents[2] / "bench" / "persistent.p
 def test_a_tiny_persistent_bench_runs_both_modes_batched_and_with_one_worker_and_with_two(kafka_bootstrap):
     proc = subprocess.run(
         [sys.executable, str(PERSISTENT_BENCH), "--messages", "400", "--executor-tasks", "50", "--max-executors", "2",
-         "--per-task", "5", "--workers", "2", "--rounds", "2", "--bootstrap", kafka_bootstrap],
+         "--per-task", "5", "--workers", "2", "--rounds", "2", "--warm-up-messages", "100", "--bootstrap", kafka_bootstrap],
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = proc.stdout
+    warm_up = r"^warm-up: \d untimed run\(s\) of 100 messages; the broker's CPU per task in each: (\d+ us|not measured)"
+    assert re.search(warm_up, table, re.MULTILINE), table  # the broker warmed before the end-to-end runs
     for row in ("executor layer alone", "persistent, C program", "spawn (/bin/echo per task)",
                 "persistent / spawn", "a worker per core: 2 workers at once", "spawn, 2 workers",
                 "persistent, 2 workers", "persistent, 2 workers / spawn, one worker",
