@@ -179,6 +179,14 @@ bench-instructions: setup
 	@command -v valgrind >/dev/null || NAME=bench bash -c '. hack/services/_common.bash && apt_install valgrind'
 	$(UV) run python bench/instructions.py $(BENCH_ARGS)
 
+.PHONY: bench-bytecodes
+
+# The bytecodes the worker's Python executes per task, by function, counted (local Kafka): where the engine's
+# interpreted work goes, in spawn or persistent mode (BENCH_ARGS: --mode ... --messages N --base N --top N)
+bench-bytecodes: setup
+	hack/kafka/kafka.sh up
+	$(UV) run python bench/bytecodes.py $(BENCH_ARGS)
+
 .PHONY: bench-recorder
 
 # The flight recorder's cost: engine throughput with debug off and on, alternating, in one run (local Kafka)
