@@ -60,6 +60,9 @@ class Origin:
     @classmethod
     def of(cls, partition: int | None, messages: list[SourceMessage], stage: str = "",
            task_id: str | None = None) -> Origin:
+        if len(messages) == 1:  # most tasks come from one message
+            message = messages[0]
+            return cls(partition, (message.offset,), (message.key,), stage, task_id)
         return cls(partition, tuple(m.offset for m in messages), tuple(m.key for m in messages), stage, task_id)
 
 
@@ -91,6 +94,7 @@ class SinkManager:
         for sink_type, name in self.sinks:
             self._names.setdefault(sink_type, []).append(name)
         self._resolved: dict[tuple[str, str], tuple[str, str]] = {}
+        self._delivery_metrics: dict[int, tuple[Any, Any, Any]] = {}  # id(sink) -> its children of delivered()'s
         self.dlq = dlq
         self.handler = handler
         self.max_retries = max_retries
@@ -225,10 +229,16 @@ class SinkManager:
 
     def delivered(self, sink: Sink, payloads: list[Any], origin: Origin, started: float) -> None:
         """The sink confirmed ``payloads``, handed to it at ``started``: count it, and record it."""
-        labels = (sink.name, sink.sink_type)
-        metrics.labelled(metrics.sink_deliveries, *labels).inc()
-        metrics.labelled(metrics.sink_payloads, *labels).inc(len(payloads))
-        metrics.labelled(metrics.sink_duration, *labels).observe(time.monotonic() - started)
+        children = self._delivery_metrics.get(id(sink))  # (the sinks live as long as this manager)
+        if children is None:
+            labels = (sink.name, sink.sink_type)
+            children = self._delivery_metrics[id(sink)] = (
+                metrics.labelled(metrics.sink_deliveries, *labels), metrics.labelled(metrics.sink_payloads, *labels),
+                metrics.labelled(metrics.sink_duration, *labels))
+        deliveries, delivered_payloads, duration = children
+        deliveries.inc()
+        delivered_payloads.inc(len(payloads))
+        duration.observe(time.monotonic() - started)
         if self.recorder is not None:
             self.recorder.record("delivered", origin.partition, origin.offsets[0] if origin.offsets else None,
                                  origin.task_id, None, (time.monotonic() - started) * 1000, {
