@@ -100,3 +100,15 @@ def test_a_tiny_count_of_each_mode_names_the_engines_functions(mode, kafka_boots
     assert found and int(found[1].replace(",", "")) > 500 and int(found[2]) > 20, proc.stdout
     assert re.search(r"^ +[\d.]+  knarr/engine/\w+\.py$", proc.stdout, re.MULTILINE), proc.stdout  # by module
     assert re.search(r"^ +[\d.]+ +[\d.]+  knarr/engine/\w+\.py:\w+:\d+$", proc.stdout, re.MULTILINE), proc.stdout
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--mode", "fork"], "argument --mode: invalid choice: 'fork'"),
+    (["--messages", "400", "--base", "400"], "--base must be at least 1 and fewer than --messages (400), got 400"),
+    (["--base", "0"], "--base must be at least 1 and fewer than --messages (2400), got 0"),
+    (["--top", "0"], "--top must be 1 or more, got 0"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(args, error):
+    proc = subprocess.run([sys.executable, str(BENCH / "bytecodes.py"), *args], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and error in proc.stderr, proc.stderr
