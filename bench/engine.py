@@ -425,8 +425,12 @@ async def warm_broker(bootstrap: str, messages: int, max_executors: int) -> list
     return warmed
 
 
-def warm_up_text(warmed: list[float | None], messages: int) -> str:
-    """warm_broker's runs, for a bench's header: how many, of how many messages, the broker's CPU per task in each."""
+async def warm_up(bootstrap: str, messages: int, max_executors: int) -> str:
+    """warm_broker's runs of ``messages`` (none when it is 0 or less), told for a bench's header: how
+    many, of how many messages, the broker's CPU per task in each; "" when none ran."""
+    if messages <= 0:
+        return ""
+    warmed = await warm_broker(bootstrap, messages, max_executors)
     each = ", ".join("not measured" if us is None else f"{us:.0f} us" for us in warmed)
     return f"warm-up: {len(warmed)} untimed run(s) of {messages} messages; the broker's CPU per task in each: {each}"
 
@@ -506,7 +510,7 @@ async def run_round(number: int, total: int, bootstrap: str, topic: str, ends: d
 def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], a_ref: Figure,
            b_unpaused: Figure | None, a_thread: Figure | None = None, b_thread: Figure | None = None,
            paced: Figure | None = None, least: Figure | None = None, polled: Figure | None = None,
-           paces: list[float] | None = None, warmed: list[float | None] | None = None) -> None:
+           paces: list[float] | None = None, warmed: str = "") -> None:
     """The figures. The two ratios are read from rounds (a C floor, spawn mode and persistent mode back to
     back): the median of the rounds' ratios is the verdict, a bootstrap interval beside it; the round
     nearest that median is shown in detail. (a) ran twice, before and after the diagnostics: the better run."""
@@ -518,7 +522,7 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
     if paces:
         print(f"  the host's pace for interpreted code, before and after the rounds: {pace_text(paces)}")
     if warmed:
-        print(f"  {warm_up_text(warmed, min(args.warm_up_messages, messages))}")
+        print(f"  {warmed}")
     print(f"  {'figure':58}{'value':>14}  {'target':>10}  verdict")
     floored = [r for r in rounds if r.floor is not None]
     shown = floored[nearest_median([r.floor_ratio for r in floored])] if floored else \
@@ -733,8 +737,7 @@ async def main() -> int:
     thread_topic, thread_ends = prefill(bootstrap, args.messages) if runner is not None else ("", {})
     unpaused_topic, unpaused_ends = prefill(bootstrap, args.messages) if not args.skip_unpaused else ("", {})
     profile_topic, profile_ends = prefill(bootstrap, args.profile_messages) if args.profile_messages else ("", {})
-    warm_up = min(args.warm_up_messages, args.messages)
-    warmed = await warm_broker(bootstrap, warm_up, args.max_executors) if warm_up > 0 else []
+    warmed = await warm_up(bootstrap, min(args.warm_up_messages, args.messages), args.max_executors)
     many = 0
     if not args.skip_persistent:
         from persistent import persistent_count  # (it imports this module: not at the top)

@@ -54,7 +54,7 @@ sys.path.insert(0, str(BENCH.parent))
 import knarr  # noqa: E402
 from engine import TARGET_PERSISTENT_RATIO as TARGET_RATIO  # noqa: E402
 from engine import (WARM_UP_HELP, Figure, TimedSource, cpu_self, persistent_ceiling, prefill,  # noqa: E402
-                    stat_cpu_seconds, warm_broker, warm_up_text)
+                    stat_cpu_seconds, warm_up)
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.engine import event_loop  # noqa: E402
 from knarr.engine.persistent import ProgramPool  # noqa: E402
@@ -438,9 +438,10 @@ async def main() -> int:
         configure_logging("WARNING")
         return await _one_worker(json.loads(args.one_worker))
     bootstrap = args.bootstrap or ensure_kafka()
-    warm_up = min(args.warm_up_messages, args.messages)
-    if warm_up > 0:  # end-to-end runs below share the broker: a fresh one would weigh on the first of them
-        print(warm_up_text(await warm_broker(bootstrap, warm_up, args.max_executors), warm_up))
+    # The end-to-end runs below share the broker: a fresh one would weigh on the first of them.
+    warmed = await warm_up(bootstrap, min(args.warm_up_messages, args.messages), args.max_executors)
+    if warmed:
+        print(warmed)
     print("executor layer alone ...", file=sys.stderr)
     report_executor(await executor_rates(args.executor_tasks, args.max_executors), args.max_executors)
     print("end to end, spawn mode then persistent mode ...", file=sys.stderr)

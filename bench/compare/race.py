@@ -46,7 +46,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition  # noqa
 from knarr.kafka.clients import close_consumer, close_producer, open_consumer, open_producer, shared_admin  # noqa: E402
 
 import report  # noqa: E402
-from engine import WARM_UP_HELP, stat_cpu_seconds, warm_broker, warm_up_text  # noqa: E402
+from engine import WARM_UP_HELP, stat_cpu_seconds, warm_up  # noqa: E402
 from rows import (ENGINES, ROWS, Figure, Limits, Row, Topics, WrongOutput, check_outputs, drakkar_config,  # noqa: E402
                   figure, handler_spec, knarr_config, message)
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
@@ -268,18 +268,19 @@ def csv(choices):
     return parse
 
 
-def positive(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 1_000_000:
-        raise argparse.ArgumentTypeError(f"{text}: expected a whole number from 1 to 1,000,000")
-    return value
+def whole_number(least: int, name: str):
+    """An argument type: a whole number from ``least`` to 1,000,000 (``name``: what argparse calls it
+    when the text is no number at all)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if not least <= value <= 1_000_000:
+            raise argparse.ArgumentTypeError(f"{text}: expected a whole number from {least} to 1,000,000")
+        return value
+    parse.__name__ = name
+    return parse
 
 
-def nonnegative(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 1_000_000:
-        raise argparse.ArgumentTypeError(f"{text}: expected a whole number from 0 to 1,000,000")
-    return value
+positive, nonnegative = whole_number(1, "positive"), whole_number(0, "nonnegative")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -331,10 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         print("bench-compare: nothing to run (the persistent row is knarr's alone)", file=sys.stderr)
         return 2
     bootstrap = args.bootstrap or ensure_kafka()
-    warmed = ""
-    if args.warm_up_messages:  # the first row would otherwise run on a broker still compiling its hot paths
-        warmed = warm_up_text(asyncio.run(warm_broker(bootstrap, args.warm_up_messages, args.limits.max_executors)),
-                              args.warm_up_messages)
+    # The first row would otherwise run on a broker still compiling its hot paths.
+    warmed = asyncio.run(warm_up(bootstrap, args.warm_up_messages, args.limits.max_executors))
     machine = report.Machine.now()
     figures: list[Figure] = []
     failures: list[str] = []

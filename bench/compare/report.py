@@ -120,7 +120,7 @@ def table(figures: list[Figure]) -> list[str]:
 def render(figures: list[Figure], machine: Machine, args, seconds: float, pythons: dict[str, str],
            warmed: str = "") -> str:
     """The table and what it was measured on; ``pythons``: each engine's interpreter, as the harness found it;
-    ``warmed``: the broker's warm-up before the rows (engine.warm_up_text), if any."""
+    ``warmed``: the broker's warm-up before the rows (engine.warm_up), if any."""
     on = "; ".join(f"{ENGINE_NAMES.get(engine, engine)} on {python}" for engine, python in pythons.items())
     counts = {f.row.workload: f.messages for f in figures}
     lines = [
