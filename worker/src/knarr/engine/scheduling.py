@@ -159,30 +159,35 @@ class SlotScheduler:
         while self.free > 0 and self.held > 0 and self.pass_slot is not None and self.pass_slot():
             self.free -= 1  # the runner's first held task has it now
             self.held -= 1
-        while self._waiting and (self.free > 0 or (self.held < self.held_max and self._waiting_holdable)):
-            best: tuple | None = None
-            for partition, heap in list(self._waiting.items()):
+        waiting, cap = self._waiting, self.max_per_partition
+        while waiting and (self.free > 0 or (self.held < self.held_max and self._waiting_holdable)):
+            best: int | None = None
+            best_key: tuple = ()
+            for partition, heap in list(waiting.items()):
                 while heap and heap[0][2].done():  # cancelled waiters
                     self._waiting_holdable -= heapq.heappop(heap)[3]
                     self.waiting_count -= 1
                 if not heap:
-                    del self._waiting[partition]
+                    del waiting[partition]
                     continue
-                if not self._under_cap(partition):
+                if cap is not None and self.active[partition] >= cap:
                     continue
+                if len(waiting) == 1:  # the only partition still waiting (most often): no order to find
+                    best = partition
+                    break
                 key = (heap[0][0], self.active[partition], self._last_served[partition], heap[0][1])
-                if best is None or key < best[0]:
-                    best = (key, partition)
+                if best is None or key < best_key:
+                    best, best_key = partition, key
             if best is None:
                 return
-            partition = best[1]
-            heap = self._waiting[partition]
+            partition = best
+            heap = waiting[partition]
             held = self.free == 0
             if held and not heap[0][3]:
                 return  # it needs a slot: no more held places until one is free
             _, _, fut, can_hold = heapq.heappop(heap)
             if not heap:
-                del self._waiting[partition]
+                del waiting[partition]
             self.waiting_count -= 1
             self._waiting_holdable -= can_hold
             self._grant(partition, held)
