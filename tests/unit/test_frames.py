@@ -72,6 +72,17 @@ def test_frames_fed_in_any_pieces_decode_the_same(outputs, piece):
     assert decoder.idle
 
 
+@given(st.binary(max_size=400), st.binary(max_size=400), st.integers(min_value=1, max_value=500))
+def test_a_frame_fed_whole_decodes_as_the_same_frame_fed_byte_by_byte(stdout, stderr, keep):
+    frame = result_frame(stdout, stderr)
+    whole, pieces = Decoder(keep=keep), Decoder(keep=keep)
+    [at_once] = whole.feed(frame)
+    [by_bytes] = [decoded for i in range(len(frame)) for decoded in pieces.feed(frame[i:i + 1])]
+    assert (at_once.header, at_once.parts, at_once.truncated) == (by_bytes.header, by_bytes.parts, by_bytes.truncated)
+    assert at_once.parts == [stdout[:keep], stderr[:keep]]
+    assert whole.idle and pieces.idle
+
+
 @given(st.binary(max_size=400), st.binary(max_size=400), st.integers(min_value=1, max_value=200),
        st.integers(min_value=1, max_value=64))
 def test_each_part_keeps_its_head_up_to_the_cap_and_says_when_it_was_cut(stdout, stderr, keep, piece):

@@ -126,6 +126,14 @@ class Decoder:
         return not self._buf and self._partial is None
 
     def feed(self, data: bytes) -> list[Frame]:
+        if self._partial is None and not self._buf and len(data) >= PREFIX.size:  # between frames
+            header_len, body_len = check_prefix(data[:PREFIX.size])
+            end = PREFIX.size + header_len
+            if len(data) == end + body_len:  # one whole frame, as a program's answer most often comes
+                header = parse_header(data[PREFIX.size:end])
+                lengths = body_parts(header, body_len)
+                if max(lengths) <= self.keep:
+                    return [Frame(header, _cut(data, end, lengths), [False] * len(lengths))]
         buf = self._buf
         buf += data
         frames: list[Frame] = []
@@ -141,12 +149,8 @@ class Decoder:
                 header = parse_header(bytes(buf[PREFIX.size:end]))
                 lengths = body_parts(header, body_len)
                 if len(buf) - end >= body_len and max(lengths) <= self.keep:  # the whole frame is here
-                    parts, start = [], end
-                    for length in lengths:
-                        parts.append(bytes(buf[start:start + length]))
-                        start += length
-                    del buf[:start]
-                    frames.append(Frame(header, parts, [False] * len(parts)))
+                    frames.append(Frame(header, _cut(buf, end, lengths), [False] * len(lengths)))
+                    del buf[:end + body_len]
                     continue
                 del buf[:end]
                 partial = self._partial = _Partial(header, lengths, 0, lengths[0],
@@ -170,3 +174,11 @@ class Decoder:
                 partial.remaining -= take
             frames.append(Frame(partial.header, [bytes(k) for k in partial.kept], partial.truncated))
             self._partial = None
+
+
+def _cut(data: bytes | bytearray, start: int, lengths: list[int]) -> list[bytes]:
+    """The body's parts (one, or a result's stdout and stderr: body_parts), of ``lengths``, from ``start`` in ``data``."""
+    end = start + lengths[0]
+    if len(lengths) == 1:
+        return [bytes(data[start:end])]
+    return [bytes(data[start:end]), bytes(data[end:end + lengths[1]])]
