@@ -74,11 +74,13 @@ class Echo(knarr.BaseHandler[None, None]):
         super().__init__()
         self.waits, self.raises = waits, raises
         self.errors: list[knarr.ExecutorError] = []
+        self.results: list[knarr.ExecutorResult] = []
 
     async def arrange(self, messages, pending):
         return [knarr.ExecutorTask(args=m.value.decode().split(), source_offsets=[m.offset]) for m in messages]
 
     async def on_task_complete(self, result):
+        self.results.append(result)
         if self.waits:
             await asyncio.sleep(0.01)
         if self.raises:
@@ -106,14 +108,16 @@ class Recorder:
 
 
 class Rig:
-    def __init__(self, mode: str, handler: Echo, sink: ConfirmingSink, slots: int = 2) -> None:
+    def __init__(self, mode: str, handler: Echo, sink: ConfirmingSink, slots: int = 2,
+                 max_output_bytes: int = 1024 * 1024) -> None:
         if mode == "persistent":
             config = ExecutorConfig(max_executors=slots, task_timeout_seconds=30, max_retries=2,
-                                    retry_backoff_base_seconds=0.01, persistent={"command": BEHAVE_PERSISTENT})
+                                    retry_backoff_base_seconds=0.01, persistent={"command": BEHAVE_PERSISTENT},
+                                    max_output_bytes=max_output_bytes)
         else:  # the native runner spawns each task, and holds up to two more ready
             config = ExecutorConfig(max_executors=slots, task_timeout_seconds=30, max_retries=2,
                                     retry_backoff_base_seconds=0.01, binary_path=BEHAVE, spawner="native",
-                                    spawn_ahead=2)
+                                    spawn_ahead=2, max_output_bytes=max_output_bytes)
         self.mode = mode
         self.scheduler = SlotScheduler(slots, held=config.held_tasks)
         self.executor = TaskExecutor(handler, self.scheduler, config)
@@ -157,8 +161,9 @@ class Rig:
 async def rig_of(request):
     rigs: list[Rig] = []
 
-    def make(handler: Echo | None = None, sink: ConfirmingSink | None = None, slots: int = 2) -> Rig:
-        rigs.append(Rig(request.param, handler or Echo(), sink or ConfirmingSink(), slots))
+    def make(handler: Echo | None = None, sink: ConfirmingSink | None = None, slots: int = 2,
+             max_output_bytes: int = 1024 * 1024) -> Rig:
+        rigs.append(Rig(request.param, handler or Echo(), sink or ConfirmingSink(), slots, max_output_bytes))
         return rigs[-1]
 
     yield make
@@ -179,6 +184,21 @@ async def test_the_usual_task_takes_no_asyncio_task_of_its_own_and_its_outputs_a
     assert sorted(p.data["out"] for p in rig.sink.delivered[2:]) == sorted(f"m{i}\n" for i in range(40))
     assert rig.scheduler.free == 2 and not rig.processor._direct.tasks
     assert rig.processor.stats.succeeded == 42 and rig.processor.stats.outputs == 42
+
+
+async def test_each_result_says_what_its_process_did_whole_or_cut_at_the_output_cap(rig_of):
+    handler = Echo()
+    rig = rig_of(handler, max_output_bytes=1024)
+    await rig.warm()
+    rig.send("out=short err=note", "bytes=3000 err=careful")
+    await rig.settled()
+    whole, cut = sorted(handler.results[2:], key=lambda r: len(r.stdout))
+    assert (whole.exit_code, whole.stdout, whole.stderr, whole.attempt) == (0, "short\n", "note\n", 1)
+    assert not whole.stdout_truncated and not whole.stderr_truncated
+    assert cut.exit_code == 0 and cut.stdout_truncated and len(cut.stdout) == 1024 and cut.stderr == "careful\n"
+    for result in (whole, cut):
+        assert isinstance(result.pid, int) and 0 <= result.duration_seconds < 30
+    assert rig.processor.stats.succeeded == 4 and rig.processor.stats.outputs == 4
 
 
 async def test_a_sink_that_refuses_at_once_gets_the_sink_managers_retry(rig_of):

@@ -123,12 +123,8 @@ class ProbeExecutor(TaskExecutor):
         super().__init__(handler, scheduler, config)
         self.notes = notes
 
-    def direct_command(self, task: ExecutorTask) -> None:
+    def direct_start(self, task: ExecutorTask) -> None:
         """Every task takes an asyncio task of its own here (not direct.py's path): its trace follows it."""
-        return None
-
-    def direct_spawn(self, task: ExecutorTask) -> None:
-        """(As direct_command: not direct.py's path.)"""
         return None
 
     async def run(self, task: ExecutorTask, partition: int, attempt: int = 1, offset: int | None = None,

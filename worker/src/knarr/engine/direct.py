@@ -20,12 +20,12 @@ as every other task (processor.py, execution.py), from where it is:
 - outputs for several sinks, or a sink that confirms through no future: the sink manager's delivery;
 - a delivery that fails: the sink manager's handling of that failure (retries, outage waits, DLQ).
 
-What needs more from the start takes the asyncio task from the start (``TaskExecutor.direct_command``
-and ``direct_spawn``): the spawner thread (no native runner), a precomputed result, a delay or an
-expiry, a missing binary or program. The flight recorder's task events are recorded on either path
-alike. ``stop`` gives up what is on this path as cancelling the asyncio tasks gives up the rest: a
-waiting task leaves the queue, a program mid-task is killed and its slot freed, a spawned or held
-task is killed (or dropped from the runner's queue) and reaped.
+What needs more from the start takes the asyncio task from the start (``TaskExecutor.direct_start``):
+the spawner thread (no native runner), a precomputed result, a delay or an expiry, a missing binary
+or program. The flight recorder's task events are recorded on either path alike. ``stop`` gives up
+what is on this path as cancelling the asyncio tasks gives up the rest: a waiting task leaves the
+queue, a program mid-task is killed and its slot freed, a spawned or held task is killed (or
+dropped from the runner's queue) and reaped.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from knarr.engine.execution import TaskExecutor, task_context
 from knarr.engine.hooks import Called, start_hook
 from knarr.engine.ledger import Failed, Ledger, Outcome, Run, Succeeded
 from knarr.engine.native import Ended, NativeJob
-from knarr.engine.processes import ProcessOutcome, native_outcome, submit_native
+from knarr.engine.processes import ProcessOutcome, native_outcome, native_success, submit_native
 from knarr.engine.programs import Program, ProgramFailure
 from knarr.engine.stats import RunStats
 from knarr.sinks.delivery import Origin, SinkManager
@@ -92,11 +92,13 @@ class DirectPath:
         """Take ``run`` on the direct path; False when it needs its own asyncio task from the start."""
         if run.attempt != 1:
             return False
-        command = self.executor.direct_command(run.task)
+        start = self.executor.direct_start(run.task)
+        if start is None:
+            return False
+        command, argv = start
         if command is not None:
             return _InProgram(self, run, command).begin()
-        argv = self.executor.direct_spawn(run.task)
-        return argv is not None and _Spawned(self, run, argv).begin()
+        return _Spawned(self, run, argv).begin()
 
     def stop(self) -> None:
         """Give up every task on the path: the waiting ones first, so no slot freed here goes to one of them."""
@@ -159,13 +161,17 @@ class _Direct:
     def _attempted(self, outcome: ExecutorResult | ExecutorError) -> None:
         """The attempt's outcome: on to on_task_complete, or (failed) retries and on_error in a task of its own
         (which records the attempt's end, as for its later attempts)."""
-        processor = self.path.processor
         if isinstance(outcome, ExecutorError):
-            self._hand_over(processor.run_task(self.run, first=outcome))
+            self._hand_over(self.path.processor.run_task(self.run, first=outcome))
             return
+        self._succeeded(outcome)
+
+    def _succeeded(self, result: ExecutorResult) -> None:
+        """The attempt's result (exit code 0): its end recorded, on to on_task_complete."""
+        processor = self.path.processor
         if processor.executor.recorder is not None:
-            processor.executor.record_attempt(self.run.task, processor.partition, self.run.first_offset, outcome)
-        self._complete(Succeeded(outcome))
+            processor.executor.record_attempt(self.run.task, processor.partition, self.run.first_offset, result)
+        self._complete(Succeeded(result))
 
     def _complete(self, outcome: Succeeded) -> None:
         processor, run = self.path.processor, self.run
@@ -365,11 +371,15 @@ class _Spawned(_Direct):
         executor, slot = processor.executor, self.slot
         try:
             self.job = None
-            proc = native_outcome(end, self.argv, self.timeout, self.started,
-                                  slot is not None and slot.held)
             if slot is None:  # (else the runner's event settled the grant)
                 executor.scheduler.release(processor.partition)
-            executor.spawned(proc)
+            duration = native_success(end, self.started)
+            if duration is not None:  # exit code 0, in time, the output whole: a result at once
+                executor.spawned(duration)
+                self._succeeded(executor.succeeded(self.run.task, 1, end.stdout, end.stderr, duration, end.pid))
+                return
+            proc = native_outcome(end, self.argv, self.timeout, self.started, slot is not None and slot.held)
+            executor.spawned(proc.duration_seconds)
             self._attempted(executor.outcome_of(self.run.task, 1, proc))
         except Exception as exc:
             self._crash(exc)

@@ -31,6 +31,7 @@ from knarr.observability.task_labels import TaskLabelCounter
 
 log = get_logger(component="executor")
 _completed = metrics.tasks.labels("completed")
+_task_duration = metrics.task_duration.labels()
 _failed = metrics.tasks.labels("failed")
 _DEFAULT_PRIORITY = priority_key(0)
 # executor.spawn_ahead unset: hold no more tasks than the running ones clear in about this long, at
@@ -67,6 +68,7 @@ class TaskExecutor:
         self._held_cap = scheduler.held_max
         self._mean_duration: float | None = None  # of spawned tasks, while spawn_ahead adapts (unset)
         self._adapts = self._holds and config.spawn_ahead is None
+        self._hold_budget = config.max_executors * HOLD_BUDGET_SECONDS  # task-seconds the held ones may take
         if self._holds:
             self._owner = owner = self._runner.new_owner()
             scheduler.pass_slot = lambda: self._runner.pass_slot(owner)
@@ -97,16 +99,16 @@ class TaskExecutor:
         metrics.labelled(metrics.tasks, status).inc()
         self._labels.count(status, task.labels)
 
-    def spawned(self, proc: ProcessOutcome) -> None:
-        """A task the native runner spawned (with held places) has ended: while ``spawn_ahead`` is unset,
-        hold as many tasks as the running ones clear in HOLD_BUDGET_SECONDS at their mean duration."""
+    def spawned(self, duration: float) -> None:
+        """A task the native runner spawned (with held places) has ended after ``duration`` seconds: while
+        ``spawn_ahead`` is unset, hold as many tasks as the running ones clear in HOLD_BUDGET_SECONDS at
+        their mean duration."""
         if not self._adapts:
             return
-        duration = proc.duration_seconds
         mean = self._mean_duration
         mean = duration if mean is None else mean + (duration - mean) * _MEAN_WEIGHT
         self._mean_duration = mean
-        held = min(self._held_cap, int(self.config.max_executors * HOLD_BUDGET_SECONDS / max(mean, 1e-4)))
+        held = min(self._held_cap, int(self._hold_budget / max(mean, 1e-4)))
         if held != self.scheduler.held_max:
             self._hold_at_most(held)
 
@@ -236,7 +238,7 @@ class TaskExecutor:
         if proc.expired:  # it waited (in the runner's held queue, or for a program) past its expires_at: never run
             return _expired(task, attempt)
         if native_run:
-            self.spawned(proc)
+            self.spawned(proc.duration_seconds)
         return self.outcome_of(task, attempt, proc)
 
     def record_start(self, task: ExecutorTask, partition: int, offset: int | None, waited: float, attempt: int,
@@ -259,28 +261,21 @@ class TaskExecutor:
         return call_sync_hook("task_priority", self._priority, task, log=log, default=_DEFAULT_PRIORITY,
                               **task_context(task)).value
 
-    def direct_command(self, task: ExecutorTask) -> tuple[str, ...] | None:
-        """The persistent program a first attempt may run in through direct.py's path, or None when the
-        task needs what only this coroutine path does: a precomputed result, a delay, an expiry, spawn
-        mode, or a missing program."""
-        command = program_command(task, self.config)  # (None at once in spawn mode)
-        if (not command or task.precomputed is not None or task.delay_seconds or task.not_before
-                or task.expires_at is not None):
+    def direct_start(self, task: ExecutorTask) -> tuple[tuple[str, ...] | None, list[str] | None] | None:
+        """How a first attempt may start on direct.py's path: ``(command, None)`` in the persistent
+        program ``command``, or ``(None, argv)`` spawned with ``argv`` by the native runner on this
+        loop; None when the task needs what only this coroutine path does: a precomputed result, a
+        delay, an expiry, a missing program or binary, or no native runner (the spawner thread)."""
+        if task.precomputed is not None or task.delay_seconds or task.not_before or task.expires_at is not None:
             return None
-        return command
-
-    def direct_spawn(self, task: ExecutorTask) -> list[str] | None:
-        """The argv a first attempt may be spawned with through direct.py's path (the native runner, on
-        this loop), or None when the task needs the coroutine path: as for ``direct_command``, and a
-        persistent program's task, a missing binary, or no native runner."""
+        command = program_command(task, self.config)
+        if command is not None:
+            return (command, None) if command else None
         runner = self._runner
-        if (runner is None or task.precomputed is not None or task.delay_seconds or task.not_before
-                or task.expires_at is not None or program_command(task, self.config) is not None):
-            return None
         binary = task.binary_path or self.config.binary_path
-        if not binary or not runner.claim(asyncio.get_running_loop()):
+        if runner is None or not binary or not runner.claim(asyncio.get_running_loop()):
             return None
-        return [binary, *task.args]
+        return None, [binary, *task.args]
 
     @property
     def runner(self) -> native.NativeRunner | None:
@@ -294,6 +289,9 @@ class TaskExecutor:
 
     def outcome_of(self, task: ExecutorTask, attempt: int, proc: ProcessOutcome) -> ExecutorResult | ExecutorError:
         """What a run's process outcome makes of the attempt: its result (exit 0), or why it failed."""
+        if proc.exit_code == 0 and not proc.failure:
+            return self.succeeded(task, attempt, proc.stdout, proc.stderr, proc.duration_seconds, proc.pid,
+                                  proc.stdout_truncated, proc.stderr_truncated)
         result = trusted(
             ExecutorResult, task=task, exit_code=proc.exit_code, stdout=proc.stdout, stderr=proc.stderr,
             duration_seconds=proc.duration_seconds, pid=proc.pid, attempt=attempt,
@@ -305,18 +303,28 @@ class TaskExecutor:
         if proc.failure:  # persistent mode: the program died mid-task (crash) or broke the protocol (even
             # an exit with code 0 mid-task is no answer)
             return task_error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid,
-                          exception=proc.stderr, reason=proc.failure)
-        if proc.exit_code == 0:
-            _completed.inc()
-            self._labels.count("completed", task.labels)
-            return result
+                              exception=proc.stderr, reason=proc.failure)
         if proc.timed_out:
             metrics.task_timeouts.inc()
             return task_error(task, attempt, result, pid=proc.pid, stderr=proc.stderr, exception=proc.stderr, reason="timeout")
         if proc.launch_error:
             return task_error(task, attempt, result, stderr=proc.stderr, exception=proc.launch_error, reason="launch")
         return task_error(task, attempt, result, exit_code=proc.exit_code, stderr=proc.stderr, pid=proc.pid,
-                      stderr_truncated=proc.stderr_truncated)
+                          stderr_truncated=proc.stderr_truncated)
+
+    def succeeded(self, task: ExecutorTask, attempt: int, stdout: str, stderr: str, duration: float,
+                  pid: int | None, stdout_truncated: bool = False, stderr_truncated: bool = False) -> ExecutorResult:
+        """The result of an attempt whose process exited 0, counted."""
+        result = trusted(
+            ExecutorResult, task=task, exit_code=0, stdout=stdout, stderr=stderr, duration_seconds=duration,
+            pid=pid, attempt=attempt, stdout_truncated=stdout_truncated, stderr_truncated=stderr_truncated,
+        )
+        _task_duration.observe(duration)
+        if stdout_truncated or stderr_truncated:
+            metrics.task_output_truncated.inc()
+        _completed.inc()
+        self._labels.count("completed", task.labels)
+        return result
 
     async def _on_error(self, task: ExecutorTask, error: ExecutorError) -> ErrorAction | list[ExecutorTask]:
         called = await call_hook("on_error", self.handler.on_error, task, error, log=log, **task_context(task))

@@ -400,6 +400,17 @@ def submit_native(runner: native.NativeRunner, argv: list[str], stdin: str | Non
         return _launch_failure(argv, _spawn_error(exc), started)
 
 
+def native_success(end: native.Ended, started: float) -> float | None:
+    """The duration of a run (submitted at ``started``) whose event says it exited 0 in time with its
+    output whole, the usual end; None for any other, which ``native_outcome`` makes an outcome of."""
+    if end.status or end.flags:
+        return None
+    _sweep_detached()
+    if end.started_ns > 0:
+        started = end.started_ns / 1e9  # as in native_outcome
+    return round(end.ended_ns / 1e9 - started, 3)
+
+
 def native_outcome(end: native.Ended, argv: list[str], timeout: float, started: float, held: bool) -> ProcessOutcome:
     """What the native runner's event for a task (submitted at ``started``, ``held`` or not) makes of its run."""
     if end.started_ns > 0:
