@@ -333,4 +333,7 @@ async def test_with_the_flight_recorder_on_each_attempt_is_recorded_once_on_eith
     kinds = [kind for kind, _ in recorder.of(first + 1)]
     assert kinds == ["task_queued", "task_started", "task_failed", "task_started", "task_finished", "task_complete"]
     assert [data["attempt"] for kind, data in recorder.of(first + 1) if kind == "task_started"] == [1, 2]
-    assert [e["kind"] for e in recorder.events if e["kind"] == "delivered"] == ["delivered", "delivered"]
+    delivered = sorted((e for e in recorder.events if e["kind"] == "delivered"), key=lambda e: e["offset"])
+    assert [(e["offset"], e["data"]["offsets"], e["data"]["stage"], e["data"]["count"]) for e in delivered] == [
+        (first, [first], "task", 1), (first + 1, [first + 1], "task", 1)]
+    assert all(e["task_id"] for e in delivered)

@@ -111,7 +111,7 @@ class _Direct:
     """One task on the direct path: waiting for a slot, running (``_InProgram``, ``_Spawned``), or delivering."""
 
     __slots__ = ("path", "run", "timeout", "started", "queued", "waiting", "cancelled", "outcome", "completing",
-                 "sink", "payloads", "origin", "sent")
+                 "sink", "payloads", "sent")
 
     def __init__(self, path: DirectPath, run: Run) -> None:
         self.path, self.run = path, run
@@ -192,19 +192,23 @@ class _Direct:
             self._settle(0)
             return
         processor.ledger.delivering_from(run)
-        origin = Origin.of(processor.partition, [group.message for group in run.groups], "task", run.task.task_id)
         sink, payloads = plan[0]
         if len(plan) > 1 or not hasattr(sink, "begin"):
             self._hand_over(processor.deliver_and_settle(run, outcome, self.completing,
-                                                         processor.sinks.deliver_plan(plan, origin)))
+                                                         processor.sinks.deliver_plan(plan, self._origin())))
             return
-        self.sink, self.payloads, self.origin, self.sent = sink, payloads, origin, time.monotonic()
+        self.sink, self.payloads, self.sent = sink, payloads, time.monotonic()
         try:
             confirmed = sink.begin(payloads)
         except Exception as exc:  # refused at once (a record too large, say)
             self._redeliver(sink.failure(exc))
             return
         confirmed.add_done_callback(self._delivered)
+
+    def _origin(self) -> Origin:
+        """Where the outputs come from, made when something needs it (a failed delivery, the flight recorder)."""
+        processor, run = self.path.processor, self.run
+        return Origin.of(processor.partition, [group.message for group in run.groups], "task", run.task.task_id)
 
     # --- the sink's confirmation ---------------------------------------------------------
     def _delivered(self, confirmed: asyncio.Future) -> None:
@@ -215,7 +219,8 @@ class _Direct:
             if failure is not None:
                 self._redeliver(self.sink.failure(failure))
                 return
-            self.path.processor.sinks.delivered(self.sink, self.payloads, self.origin, self.sent)
+            sinks = self.path.processor.sinks
+            sinks.delivered(self.sink, self.payloads, None if sinks.recorder is None else self._origin(), self.sent)
             self._settle(len(self.payloads))
         except Exception as exc:
             self._crash(exc)
@@ -223,7 +228,7 @@ class _Direct:
     def _redeliver(self, failure: Exception) -> None:
         """The sink refused the first try: its failure handling goes on in a task of its own."""
         processor = self.path.processor
-        delivering = _counted(processor.sinks.deliver_to(self.sink, self.payloads, self.origin, failure),
+        delivering = _counted(processor.sinks.deliver_to(self.sink, self.payloads, self._origin(), failure),
                               len(self.payloads))
         self._hand_over(processor.deliver_and_settle(self.run, self.outcome, self.completing, delivering))
 

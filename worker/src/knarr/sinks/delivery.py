@@ -227,8 +227,9 @@ class SinkManager:
             if outage:  # this delivery waited for its sink
                 self._settled_wait(sink, origin.partition)
 
-    def delivered(self, sink: Sink, payloads: list[Any], origin: Origin, started: float) -> None:
-        """The sink confirmed ``payloads``, handed to it at ``started``: count it, and record it."""
+    def delivered(self, sink: Sink, payloads: list[Any], origin: Origin | None, started: float) -> None:
+        """The sink confirmed ``payloads``, handed to it at ``started``: count it, and record it (``origin``,
+        where they came from, is for the flight recorder: None when there is none)."""
         children = self._delivery_metrics.get(id(sink))  # (the sinks live as long as this manager)
         if children is None:
             labels = (sink.name, sink.sink_type)
@@ -239,7 +240,7 @@ class SinkManager:
         deliveries.inc()
         delivered_payloads.inc(len(payloads))
         duration.observe(time.monotonic() - started)
-        if self.recorder is not None:
+        if self.recorder is not None and origin is not None:
             self.recorder.record("delivered", origin.partition, origin.offsets[0] if origin.offsets else None,
                                  origin.task_id, None, (time.monotonic() - started) * 1000, {
                                      "sink": f"{sink.sink_type}.{sink.name}", "count": len(payloads),
