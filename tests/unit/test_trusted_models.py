@@ -6,7 +6,7 @@ import pytest
 from knarr.api.groups import MessageGroup
 from knarr.api.messages import SourceMessage
 from knarr.api.tasks import ExecutorResult, ExecutorTask
-from knarr.api.trusted import trusted
+from knarr.api.trusted import trusted, trusted_builder
 from pydantic import BaseModel, PrivateAttr
 
 
@@ -51,3 +51,32 @@ def test_a_model_with_private_attributes_is_left_to_model_construct():
 
     built = trusted(WithPrivate, a=2)
     assert built.a == 2 and built._seen == []
+
+
+def test_a_builder_of_a_model_builds_what_trusted_builds_given_every_field():
+    task = ExecutorTask(args=["a"])
+    given = {"task": task, "exit_code": 0, "stdout": "out", "stderr": "", "duration_seconds": 0.25, "pid": 7,
+             "attempt": 2, "stdout_truncated": True, "stderr_truncated": False}
+    built = trusted_builder(ExecutorResult)(**given)
+    _same(built, ExecutorResult.model_construct(**given))
+    _same(built, trusted(ExecutorResult, **given))
+    message = {"topic": "t", "partition": 0, "offset": 4, "value": b"v", "key": None, "timestamp": 9, "payload": None,
+               "parse_error": None}
+    _same(trusted_builder(SourceMessage)(**message), SourceMessage.model_construct(**message))
+
+
+def test_a_builder_wants_every_field_by_name():
+    build = trusted_builder(ExecutorResult)
+    with pytest.raises(TypeError, match="missing 7 required keyword-only arguments"):
+        build(task=ExecutorTask(args=["a"]), exit_code=0)
+    with pytest.raises(TypeError):
+        build(ExecutorTask(args=["a"]), 0, "", "", 0.0, None, 1, False, False)
+
+
+def test_a_model_with_private_attributes_gets_no_builder():
+    class WithPrivate(BaseModel):
+        a: int = 1
+        _seen: list = PrivateAttr(default_factory=list)
+
+    with pytest.raises(ValueError, match="WithPrivate has private attributes or extra fields"):
+        trusted_builder(WithPrivate)

@@ -7,10 +7,15 @@ every field for its default and alias on each call (2.5 µs for an ExecutorResul
 the same values in field order, the same ``model_fields_set``.
 A model with private attributes, or a call that leaves out a field with no plain default (a
 required one, or one with a default factory), goes to ``model_construct``.
+
+For a model built on every task, ``trusted_builder`` compiles that copy once: a function taking
+every field, that writes them straight into the model (the same model as ``trusted`` given every
+field), in half the bytecodes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -51,3 +56,26 @@ def trusted(cls: type[M], /, **values: Any) -> M:
     _setattr(model, "__pydantic_extra__", None)
     _setattr(model, "__pydantic_private__", None)
     return model
+
+
+def trusted_builder(cls: type[M]) -> Callable[..., M]:
+    """A function taking every field of ``cls`` by name, that builds what ``trusted(cls, **fields)``
+    builds. For models without private attributes or extra fields (ValueError otherwise)."""
+    if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
+        raise ValueError(f"{cls.__name__} has private attributes or extra fields: build it with trusted()")
+    names = list(cls.model_fields)
+    if not all(name.isidentifier() for name in names):
+        raise ValueError(f"{cls.__name__} has a field whose name is no identifier: build it with trusted()")
+    fields = ", ".join(f"{name!r}: {name}" for name in names)
+    source = (f"def build(*, {', '.join(names)}):\n"
+              "    model = new(cls)\n"
+              f"    setattr(model, '__dict__', {{{fields}}})\n"
+              "    setattr(model, '__pydantic_fields_set__', set(every))\n"
+              "    setattr(model, '__pydantic_extra__', None)\n"
+              "    setattr(model, '__pydantic_private__', None)\n"
+              "    return model\n")
+    scope: dict[str, Any] = {"new": cls.__new__, "cls": cls, "setattr": _setattr, "every": frozenset(names)}
+    exec(compile(source, f"<trusted builder of {cls.__qualname__}>", "exec"), scope)
+    build = scope["build"]
+    build.__qualname__ = f"trusted_builder.<{cls.__qualname__}>"
+    return build

@@ -13,7 +13,7 @@ from typing import Any
 
 from knarr.api.handler import BaseHandler
 from knarr.api.tasks import ErrorAction, ExecutorError, ExecutorResult, ExecutorTask
-from knarr.api.trusted import trusted
+from knarr.api.trusted import trusted, trusted_builder
 from knarr.config.models import ExecutorConfig
 from knarr.engine import containment, native
 from knarr.engine.backoff import is_expired, retry_delay, start_time
@@ -31,6 +31,7 @@ from knarr.observability.task_labels import TaskLabelCounter
 
 log = get_logger(component="executor")
 _completed = metrics.tasks.labels("completed")
+_result = trusted_builder(ExecutorResult)  # every task's
 _task_duration = metrics.task_duration.labels()
 _failed = metrics.tasks.labels("failed")
 _DEFAULT_PRIORITY = priority_key(0)
@@ -315,10 +316,8 @@ class TaskExecutor:
     def succeeded(self, task: ExecutorTask, attempt: int, stdout: str, stderr: str, duration: float,
                   pid: int | None, stdout_truncated: bool = False, stderr_truncated: bool = False) -> ExecutorResult:
         """The result of an attempt whose process exited 0, counted."""
-        result = trusted(
-            ExecutorResult, task=task, exit_code=0, stdout=stdout, stderr=stderr, duration_seconds=duration,
-            pid=pid, attempt=attempt, stdout_truncated=stdout_truncated, stderr_truncated=stderr_truncated,
-        )
+        result = _result(task=task, exit_code=0, stdout=stdout, stderr=stderr, duration_seconds=duration, pid=pid,
+                         attempt=attempt, stdout_truncated=stdout_truncated, stderr_truncated=stderr_truncated)
         _task_duration.observe(duration)
         if stdout_truncated or stderr_truncated:
             metrics.task_output_truncated.inc()

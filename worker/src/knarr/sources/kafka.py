@@ -29,7 +29,7 @@ from knarr.kafka import settings
 from knarr.kafka.clients import close_consumer, open_consumer
 
 from knarr.api.messages import SourceMessage
-from knarr.api.trusted import trusted
+from knarr.api.trusted import trusted_builder
 from knarr.config.models import ExecutorConfig, KafkaConfig
 from knarr.errors import UnavailableError
 from knarr.observability import metrics
@@ -41,6 +41,7 @@ log = get_logger(component="kafka-source")
 
 POLL_TIMEOUT_SECONDS = 0.05  # consume() waits this long unless the batch fills: it bounds added latency
 LAG_REFRESH_SECONDS = 5.0
+_message = trusted_builder(SourceMessage)  # every polled message's
 
 
 class KafkaSource:
@@ -128,10 +129,8 @@ class KafkaSource:
                 continue
             _, ts = m.timestamp()
             messages.append(
-                trusted(
-                    SourceMessage, topic=m.topic(), partition=m.partition(), offset=m.offset(), value=m.value() or b"",
-                    key=m.key(), timestamp=ts, payload=None, parse_error=None,
-                )
+                _message(topic=m.topic(), partition=m.partition(), offset=m.offset(), value=m.value() or b"",
+                         key=m.key(), timestamp=ts, payload=None, parse_error=None)
             )
         if time.monotonic() - self._lag_at > LAG_REFRESH_SECONDS:
             self._refresh_lag()
