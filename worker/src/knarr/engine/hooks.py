@@ -36,6 +36,10 @@ CONSEQUENCES = {
 }
 
 
+# Each hook's knarr_handler_duration_seconds child, looked up once (a hook's calls are timed on every task).
+_durations = {name: metrics.handler_duration.labels(name) for name in CONSEQUENCES}
+
+
 def defines(handler: Any, name: str) -> bool:
     """Whether the handler's class has its own ``name`` hook rather than BaseHandler's."""
     return getattr(type(handler), name, None) is not getattr(BaseHandler, name)
@@ -93,7 +97,8 @@ def start_hook(name: str, fn: Callable[..., Awaitable[Any]], *args: Any, log: An
         return _failed(name, exc, log, context, quiet)
     finally:
         if not waits:
-            metrics.labelled(metrics.handler_duration, name).observe(time.monotonic() - started)
+            duration = _durations.get(name) or metrics.labelled(metrics.handler_duration, name)
+            duration.observe(time.monotonic() - started)
 
 
 async def _rest(name: str, started: float, rest: Any, log: Any, quiet: bool, context: dict[str, Any]) -> Called:
@@ -102,7 +107,8 @@ async def _rest(name: str, started: float, rest: Any, log: Any, quiet: bool, con
     except Exception as exc:
         return _failed(name, exc, log, context, quiet)
     finally:
-        metrics.labelled(metrics.handler_duration, name).observe(time.monotonic() - started)
+        duration = _durations.get(name) or metrics.labelled(metrics.handler_duration, name)
+        duration.observe(time.monotonic() - started)
 
 
 class _Resumed:

@@ -66,6 +66,9 @@ class GroupState(enum.Enum):
     CLOSED = "closed"  # the offset is complete
 
 
+MESSAGE_OUTCOMES = ("empty", "succeeded", "failed", "partial")  # what Group.outcome() says
+
+
 @dataclass(eq=False, slots=True)
 class Group:
     """One source message and every task derived from it (replaced ones included)."""

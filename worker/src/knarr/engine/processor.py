@@ -33,8 +33,8 @@ from knarr.engine.direct import DirectPath
 from knarr.engine.execution import TaskExecutor, task_context, task_error
 from knarr.engine.hooks import Called, call_hook, call_sync_hook, defines
 from knarr.engine.ledger import (
-    ArrangeRefused, CloseGroup, DeadLetter, Effect, Failed, FinishWindow, Group, Ledger, Outcome, Run, RunTask,
-    Succeeded, Window,
+    MESSAGE_OUTCOMES, ArrangeRefused, CloseGroup, DeadLetter, Effect, Failed, FinishWindow, Group, Ledger, Outcome, Run,
+    RunTask, Succeeded, Window,
 )
 from knarr.engine.stats import RunStats
 from knarr.engine.stopping import cancel_and_wait, wait_event
@@ -47,6 +47,8 @@ IDLE_WAKEUP_SECONDS = 1.0
 STALL_FIRST_DELAY_SECONDS = 1.0
 STALL_MAX_DELAY_SECONDS = 60.0
 PARSE_POLICIES = ("arrange", "dlq", "skip")
+# knarr_messages_completed_total's child for each outcome a message can have (Group.outcome)
+_messages_completed = {outcome: metrics.messages_completed.labels(outcome) for outcome in MESSAGE_OUTCOMES}
 
 
 class PartitionProcessor:
@@ -485,7 +487,7 @@ class PartitionProcessor:
 
     def _closed(self, group: Group, started: float, delivered: int) -> None:
         """The close's hook (if any) returned and what it returned is delivered: count it, then complete the offset."""
-        metrics.labelled(metrics.messages_completed, group.outcome()).inc()
+        _messages_completed[group.outcome()].inc()
         events.emit("message_complete", self.recorder, lambda: {
             "partition": self.partition, "offset": group.offset, **group.counts(),
             "duration": round(time.monotonic() - started, 6), "output_message_count": delivered})
