@@ -318,8 +318,10 @@ class PartitionProcessor:
                     self._record_queued(effect.run)
                 if not self._direct.start(effect.run):
                     self.spawn(self.run_task(effect.run))
-            elif self._in_place(effect):
-                self._settle_in_place(effect)
+            elif isinstance(effect, CloseGroup) and not self._completes_messages:  # in place (_in_place, spelled
+                self._closed(effect.group, time.monotonic(), 0)  # out here: two calls fewer per message)
+            elif isinstance(effect, FinishWindow) and not self._completes_windows:
+                self._finished(effect.window, 0)
             else:
                 self.spawn(self._effect(effect))
         self._update_settled()
@@ -330,12 +332,6 @@ class PartitionProcessor:
         message where a task works for many)."""
         return ((isinstance(effect, CloseGroup) and not self._completes_messages)
                 or (isinstance(effect, FinishWindow) and not self._completes_windows))
-
-    def _settle_in_place(self, effect: CloseGroup | FinishWindow) -> None:
-        if isinstance(effect, CloseGroup):
-            self._closed(effect.group, time.monotonic(), 0)
-        else:
-            self._finished(effect.window, 0)
 
     async def _carry_on(self, effects: list[Effect]) -> None:
         """Carry out what a task's end brings, the last hook step among it in this asyncio task.
