@@ -147,9 +147,11 @@ class SinkManager:
     def plan(self, collect: CollectResult) -> list[tuple[Sink, list[Any]]]:
         """Resolve every payload to its sink, grouped per sink. Raises SinkResolutionError."""
         grouped: dict[tuple[str, str], list[Any]] = {}
+        resolved = self._resolved
         for sink_type, payloads in collect.by_sink_type():
             for payload in payloads:
-                grouped.setdefault(self._resolve(sink_type, payload.sink), []).append(payload)
+                key = resolved.get((sink_type, payload.sink)) or self._resolve(sink_type, payload.sink)
+                grouped.setdefault(key, []).append(payload)
         return [(self.sinks[key], payloads) for key, payloads in grouped.items()]
 
     def _resolve(self, sink_type: str, requested: str) -> tuple[str, str]:
