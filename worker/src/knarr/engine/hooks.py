@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
+from types import CoroutineType
 from typing import Any
 
 from knarr.api.handler import BaseHandler
@@ -83,7 +84,7 @@ def start_hook(name: str, fn: Callable[..., Awaitable[Any]], *args: Any, log: An
     waits = False
     try:
         coro = fn(*args)
-        if isinstance(coro, Coroutine):
+        if type(coro) is CoroutineType or isinstance(coro, Coroutine):  # (an async def's, without the ABC's check)
             try:
                 waiting_on = coro.send(None)
             except StopIteration as returned:
