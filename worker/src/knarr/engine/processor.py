@@ -318,8 +318,9 @@ class PartitionProcessor:
                     self._record_queued(effect.run)
                 if not self._direct.start(effect.run):
                     self.spawn(self.run_task(effect.run))
-            elif isinstance(effect, CloseGroup) and not self._completes_messages:  # in place (_in_place, spelled
-                self._closed(effect.group, time.monotonic(), 0)  # out here: two calls fewer per message)
+            # in place when no hook is called, as _in_place says (spelled out here: two calls fewer a message)
+            elif isinstance(effect, CloseGroup) and not self._completes_messages:
+                self._closed(effect.group, time.monotonic(), 0)
             elif isinstance(effect, FinishWindow) and not self._completes_windows:
                 self._finished(effect.window, 0)
             else:
