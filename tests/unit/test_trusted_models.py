@@ -73,6 +73,14 @@ def test_a_builder_wants_every_field_by_name():
         build(ExecutorTask(args=["a"]), 0, "", "", 0.0, None, 1, False, False)
 
 
+def test_a_model_whose_field_has_a_name_the_builder_uses_gets_no_builder():
+    class Shadowing(BaseModel):
+        cls: int = 1
+
+    with pytest.raises(ValueError, match=r"Shadowing has fields whose names the builder cannot take \(cls\)"):
+        trusted_builder(Shadowing)
+
+
 def test_a_model_with_private_attributes_gets_no_builder():
     class WithPrivate(BaseModel):
         a: int = 1

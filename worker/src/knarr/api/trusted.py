@@ -58,14 +58,19 @@ def trusted(cls: type[M], /, **values: Any) -> M:
     return model
 
 
+_BUILDER_NAMES = frozenset({"model", "new", "cls", "setattr", "set", "every"})  # the builder's own names
+
+
 def trusted_builder(cls: type[M]) -> Callable[..., M]:
     """A function taking every field of ``cls`` by name, that builds what ``trusted(cls, **fields)``
     builds. For models without private attributes or extra fields (ValueError otherwise)."""
     if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
         raise ValueError(f"{cls.__name__} has private attributes or extra fields: build it with trusted()")
     names = list(cls.model_fields)
-    if not all(name.isidentifier() for name in names):
-        raise ValueError(f"{cls.__name__} has a field whose name is no identifier: build it with trusted()")
+    taken = sorted(_BUILDER_NAMES.intersection(names)) + [name for name in names if not name.isidentifier()]
+    if taken:
+        raise ValueError(f"{cls.__name__} has fields whose names the builder cannot take ({', '.join(taken)}): "
+                         "build it with trusted()")
     fields = ", ".join(f"{name!r}: {name}" for name in names)
     source = (f"def build(*, {', '.join(names)}):\n"
               "    model = new(cls)\n"
