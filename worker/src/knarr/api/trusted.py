@@ -26,6 +26,11 @@ _MISSING = object()
 _tables: dict[type, tuple[dict[str, Any], frozenset[str]]] = {}
 
 
+def _plain(cls: type[BaseModel]) -> bool:
+    """A model whose fields are its whole state (no private attributes, no extra fields): one a copy can build."""
+    return not cls.__private_attributes__ and cls.model_config.get("extra") != "allow"
+
+
 def _table(cls: type[BaseModel]) -> tuple[dict[str, Any], frozenset[str]]:
     """Every field in order with its plain default (or a placeholder), and the fields a call must give."""
     defaults, needed = {}, set()
@@ -42,7 +47,7 @@ def trusted(cls: type[M], /, **values: Any) -> M:
     """``cls.model_construct(**values)``, faster: for values that need no validation."""
     table = _tables.get(cls)
     if table is None:
-        if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
+        if not _plain(cls):
             return cls.model_construct(**values)
         table = _tables[cls] = _table(cls)
     defaults, needed = table
@@ -64,7 +69,7 @@ _BUILDER_NAMES = frozenset({"model", "new", "cls", "setattr", "set", "every"})  
 def trusted_builder(cls: type[M]) -> Callable[..., M]:
     """A function taking every field of ``cls`` by name, that builds what ``trusted(cls, **fields)``
     builds. For models without private attributes or extra fields (ValueError otherwise)."""
-    if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
+    if not _plain(cls):
         raise ValueError(f"{cls.__name__} has private attributes or extra fields: build it with trusted()")
     names = list(cls.model_fields)
     taken = sorted(_BUILDER_NAMES.intersection(names)) + [name for name in names if not name.isidentifier()]

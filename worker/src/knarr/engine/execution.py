@@ -298,7 +298,7 @@ class TaskExecutor:
             duration_seconds=proc.duration_seconds, pid=proc.pid, attempt=attempt,
             stdout_truncated=proc.stdout_truncated, stderr_truncated=proc.stderr_truncated,
         )
-        metrics.task_duration.observe(proc.duration_seconds)
+        _task_duration.observe(proc.duration_seconds)
         if proc.stdout_truncated or proc.stderr_truncated:
             metrics.task_output_truncated.inc()
         if proc.failure:  # persistent mode: the program died mid-task (crash) or broke the protocol (even

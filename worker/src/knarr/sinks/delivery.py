@@ -155,12 +155,11 @@ class SinkManager:
         return [(self.sinks[key], payloads) for key, payloads in grouped.items()]
 
     def _resolve(self, sink_type: str, requested: str) -> tuple[str, str]:
-        """The configured sink a payload names. The sinks never change, so a resolution is
-        remembered (resolve_sink sorts the names on every call, a few us per payload)."""
-        key = (sink_type, requested)
-        found = self._resolved.get(key)
-        if found is None:
-            found = self._resolved[key] = (sink_type, resolve_sink(sink_type, requested, self._names.get(sink_type, ())))
+        """The configured sink a payload names, the first time it is asked for: the sinks never change, so
+        ``plan`` reads the resolution from ``_resolved`` after that (resolve_sink sorts the names on every
+        call, a few us per payload)."""
+        found = self._resolved[(sink_type, requested)] = (
+            sink_type, resolve_sink(sink_type, requested, self._names.get(sink_type, ())))
         return found
 
     async def deliver(self, collect: CollectResult | None, origin: Origin) -> int:
