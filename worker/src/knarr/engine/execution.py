@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from functools import partial
 from typing import Any
 
 from knarr.api.handler import BaseHandler
@@ -122,8 +123,8 @@ class TaskExecutor:
         """A task's grant as the native runner takes it (its event settles the grant), or None without held places."""
         if not self._holds:
             return None
-        return RunnerSlot(held, expires_at, lambda fate: self.scheduler.settle(partition, fate),
-                          self.scheduler.take_free, self._owner)
+        return RunnerSlot(held, expires_at, partial(self.scheduler.settle, partition), self.scheduler.take_free,
+                          self._owner)
 
     def env_for(self, task: ExecutorTask) -> dict[str, str]:
         if not task.env:

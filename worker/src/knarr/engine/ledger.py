@@ -116,7 +116,7 @@ class Run:
     task: ExecutorTask
     window: Window
     groups: list[Group]
-    id: int = field(default_factory=lambda: next(_run_ids))
+    id: int = field(default_factory=_run_ids.__next__)
     attempt: int = 1
     part: set[int] | None = None  # the offsets its arrange() call answered for, when the window was split
     delivering: bool = False  # its outputs are with the sinks, awaiting their confirmation
@@ -133,7 +133,7 @@ class Window:
 
     partition: int
     messages: list[SourceMessage]
-    id: int = field(default_factory=lambda: next(_window_ids))
+    id: int = field(default_factory=_window_ids.__next__)
     created_at: float = field(default_factory=time.monotonic)
     groups: dict[int, Group] = field(default_factory=dict)
     results: list[ExecutorResult] = field(default_factory=list)

@@ -449,9 +449,11 @@ class PartitionProcessor:
         return outcome
 
     def task_completed(self, run: Run, started: float, delivered: int) -> None:
-        events.emit("task_complete", self.recorder, lambda: {
-            "partition": self.partition, "offset": run.first_offset, **task_context(run.task),
-            "duration": round(time.monotonic() - started, 6), "output_message_count": delivered})
+        events.emit("task_complete", self.recorder, self._task_record, run, started, delivered)
+
+    def _task_record(self, run: Run, started: float, delivered: int) -> dict[str, Any]:
+        return {"partition": self.partition, "offset": run.first_offset, **task_context(run.task),
+                "duration": round(time.monotonic() - started, 6), "output_message_count": delivered}
 
     def hook_failed(self, run: Run, result: ExecutorResult, error: BaseException | None) -> Failed:
         """on_task_complete raised: the task counts as failed (reason 'hook')."""
@@ -485,10 +487,12 @@ class PartitionProcessor:
     def _closed(self, group: Group, started: float, delivered: int) -> None:
         """The close's hook (if any) returned and what it returned is delivered: count it, then complete the offset."""
         _messages_completed[group.outcome()].inc()
-        events.emit("message_complete", self.recorder, lambda: {
-            "partition": self.partition, "offset": group.offset, **group.counts(),
-            "duration": round(time.monotonic() - started, 6), "output_message_count": delivered})
+        events.emit("message_complete", self.recorder, self._message_record, group, started, delivered)
         self._group_closed(group)
+
+    def _message_record(self, group: Group, started: float, delivered: int) -> dict[str, Any]:
+        return {"partition": self.partition, "offset": group.offset, **group.counts(),
+                "duration": round(time.monotonic() - started, 6), "output_message_count": delivered}
 
     def _group_closed(self, group: Group) -> None:
         self.stats.messages += 1
@@ -511,9 +515,11 @@ class PartitionProcessor:
         self._finished(window, delivered)
 
     def _finished(self, window: Window, delivered: int) -> None:
-        events.emit("window_complete", self.recorder, lambda: {
-            "partition": self.partition, "window_id": window.id, "task_count": window.tasks,
-            "duration": round(time.monotonic() - window.created_at, 6), "output_message_count": delivered})
+        events.emit("window_complete", self.recorder, self._window_record, window, delivered)
+
+    def _window_record(self, window: Window, delivered: int) -> dict[str, Any]:
+        return {"partition": self.partition, "window_id": window.id, "task_count": window.tasks,
+                "duration": round(time.monotonic() - window.created_at, 6), "output_message_count": delivered}
 
     # --- outputs ---------------------------------------------------------------------------
     async def _deliver(self, collect: Any, stage: str, messages: list[SourceMessage],
