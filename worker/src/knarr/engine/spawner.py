@@ -35,6 +35,7 @@ import ctypes.util
 import os
 import queue
 import signal
+import sys
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -86,6 +87,7 @@ def _memfd(name: bytes) -> int:
 
 log = get_logger(component="spawner")
 _DEVNULL = os.fsencode(os.devnull)
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 _WAKE_EVERY = 8
 
 # Task processes started and not yet reaped by their runner (detached orphans are not here).
@@ -171,7 +173,7 @@ def exec_block(argv: list[object]) -> bytes:
         return b"\0".join(exec_arg(a) for a in argv)
     if joined.count("\0") != len(argv) - 1:
         raise ValueError("embedded null byte")
-    return os.fsencode(joined)
+    return joined.encode(_FS_ENCODING, _FS_ERRORS)  # as os.fsencode does, without its Python frame
 
 
 def _env_entries(env: dict[str, str]) -> list[bytes]:
