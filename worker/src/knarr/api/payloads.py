@@ -115,15 +115,7 @@ class CollectResult(BaseModel):
 
     def by_sink_type(self) -> list[tuple[str, list[_Payload]]]:
         """Payload lists keyed by the sink type they go to (``files`` go to ``filesystem``)."""
-        return [
-            ("kafka", self.kafka),
-            ("postgres", self.postgres),
-            ("mongo", self.mongo),
-            ("http", self.http),
-            ("redis", self.redis),
-            ("filesystem", self.files),
-            ("plugin", self.plugin),
-        ]
+        return [(sink_type, getattr(self, name)) for name, sink_type in SINK_TYPES.items()]
 
     @property
     def count(self) -> int:
@@ -137,6 +129,8 @@ PAYLOAD_KINDS: dict[str, type[_Payload]] = {
 }
 # A CollectResult field -> the kind of sink its payloads go to (every plug-in type is of kind "plugin").
 SINK_KIND_OF_FIELD: dict[str, str] = {"files": "filesystem"}
+# Every CollectResult field -> the sink type its payloads go to, in the fields' order.
+SINK_TYPES: dict[str, str] = {name: SINK_KIND_OF_FIELD.get(name, name) for name in PAYLOAD_KINDS}
 
 
 def payload_kind(payload: Any) -> str:

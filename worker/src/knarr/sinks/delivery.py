@@ -23,7 +23,7 @@ from typing import Any
 
 from knarr.api.handler import BaseHandler
 from knarr.api.messages import SourceMessage
-from knarr.api.payloads import CollectResult, DeliveryAction, DeliveryError
+from knarr.api.payloads import SINK_TYPES, CollectResult, DeliveryAction, DeliveryError
 from knarr.api.tasks import ExecutorError, ExecutorTask
 from knarr.engine.hooks import call_hook
 from knarr.engine.backoff import retry_delay
@@ -148,7 +148,9 @@ class SinkManager:
         """Resolve every payload to its sink, grouped per sink. Raises SinkResolutionError."""
         grouped: dict[tuple[str, str], list[Any]] = {}
         resolved = self._resolved
-        for sink_type, payloads in collect.by_sink_type():
+        for name, payloads in collect.__dict__.items():  # its fields as they are (by_sink_type's, empty ones skipped)
+            if not payloads or (sink_type := SINK_TYPES.get(name)) is None:  # (None: a subclass's own field)
+                continue
             for payload in payloads:
                 key = resolved.get((sink_type, payload.sink)) or self._resolve(sink_type, payload.sink)
                 grouped.setdefault(key, []).append(payload)
