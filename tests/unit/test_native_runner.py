@@ -7,6 +7,7 @@ behind) is tested in test_processes.py, once per spawner.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import subprocess
 import sysconfig
@@ -39,6 +40,16 @@ class Echo(knarr.BaseHandler[None, None]):
 
 def _config(tmp_path, **executor):
     return local_config(tmp_path, **{"binary_path": BEHAVE, "max_executors": 4, **executor})
+
+
+def test_the_event_unpacking_reads_every_field_where_runner_c_puts_it():
+    """_collect reads the runner's events with one struct unpack each: its layout must be the Structure's
+    (kr_event_t's). A value of its own in every field, each as wide as its field allows, comes back whole."""
+    assert native._EVENT.size == ctypes.sizeof(native._Event)
+    values = {"id": -(2 ** 40), "pid": 77, "status": -2, "started_ns": 2 ** 50, "ended_ns": 2 ** 51 + 3, "slot": 2,
+              "flags": 5, "out": 0x7F12_3456_7890, "err": 0x10, "out_len": 12, "err_len": 2 ** 33}
+    assert [name for name, _ in native._Event._fields_] == list(values)
+    assert native._EVENT.unpack(bytes(native._Event(**values))) == tuple(values.values())
 
 
 @pytest.fixture
