@@ -161,27 +161,20 @@ class SlotScheduler:
             self.held -= 1
         waiting, cap = self._waiting, self.max_per_partition
         while waiting and (self.free > 0 or (self.held < self.held_max and self._waiting_holdable)):
-            best: int | None = None
-            best_key: tuple = ()
-            for partition, heap in list(waiting.items()):
-                while heap and heap[0][2].done():  # cancelled waiters
-                    self._waiting_holdable -= heapq.heappop(heap)[3]
-                    self.waiting_count -= 1
-                if not heap:
-                    del waiting[partition]
-                    continue
+            if len(waiting) == 1:  # the only partition waiting (most often): no order to find
+                [(partition, heap)] = waiting.items()
+                if heap[0][2].done():  # given up
+                    self._drop_given_up(heap)
+                    if not heap:
+                        del waiting[partition]
+                        continue
                 if cap is not None and self.active[partition] >= cap:
-                    continue
-                if len(waiting) == 1:  # the only partition still waiting (most often): no order to find
-                    best = partition
-                    break
-                key = (heap[0][0], self.active[partition], self._last_served[partition], heap[0][1])
-                if best is None or key < best_key:
-                    best, best_key = partition, key
-            if best is None:
-                return
-            partition = best
-            heap = waiting[partition]
+                    return
+            else:
+                best = self._first_in_order(waiting, cap)
+                if best is None:
+                    return
+                partition, heap = best, waiting[best]
             held = self.free == 0
             if held and not heap[0][3]:
                 return  # it needs a slot: no more held places until one is free
@@ -193,6 +186,29 @@ class SlotScheduler:
             self._grant(partition, held)
             fut.set_result(held)
 
+    def _first_in_order(self, waiting: dict[int, list], cap: int | None) -> int | None:
+        """The partition whose first waiter is next in the order (None: all are at their cap), dropping
+        the waiters that gave up (and the partitions left with none) on the way."""
+        best: int | None = None
+        best_key: tuple = ()
+        for partition, heap in list(waiting.items()):
+            if heap[0][2].done():
+                self._drop_given_up(heap)
+                if not heap:
+                    del waiting[partition]
+                    continue
+            if cap is not None and self.active[partition] >= cap:
+                continue
+            key = (heap[0][0], self.active[partition], self._last_served[partition], heap[0][1])
+            if best is None or key < best_key:
+                best, best_key = partition, key
+        return best
+
+    def _drop_given_up(self, heap: list) -> None:
+        """Pop the waiters at the head of ``heap`` that gave up (are done) before their grant."""
+        while heap and heap[0][2].done():
+            self._waiting_holdable -= heapq.heappop(heap)[3]
+            self.waiting_count -= 1
 
 def priority_key(value: object) -> tuple:
     """What ``task_priority`` returned, as a key every other task's key compares with.
