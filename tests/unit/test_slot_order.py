@@ -76,3 +76,16 @@ def test_a_waiter_that_gave_up_is_skipped_and_its_partition_leaves_the_order():
     assert granted == ["x"] and scheduler.waiting_count == 0
     scheduler.release(1)
     assert scheduler.free == 1 and scheduler.idle_slot
+
+
+def test_alone_in_the_queue_a_partition_skips_its_waiters_that_gave_up_and_leaves_when_none_is_left():
+    scheduler, granted = SlotScheduler(1), []
+    assert scheduler.take(0)
+    first, second, third = queue(scheduler, granted, 0, "abc")
+    first.given_up = second.given_up = True
+    scheduler.release(0)
+    assert granted == ["c"] and scheduler.waiting_count == 0
+    [last] = queue(scheduler, granted, 0, "d")
+    last.given_up = True
+    scheduler.release(0)
+    assert granted == ["c"] and scheduler.waiting_count == 0 and scheduler.idle_slot

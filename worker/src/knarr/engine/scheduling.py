@@ -163,11 +163,8 @@ class SlotScheduler:
         while waiting and (self.free > 0 or (self.held < self.held_max and self._waiting_holdable)):
             if len(waiting) == 1:  # the only partition waiting (most often): no order to find
                 [(partition, heap)] = waiting.items()
-                if heap[0][2].done():  # given up
-                    self._drop_given_up(heap)
-                    if not heap:
-                        del waiting[partition]
-                        continue
+                if heap[0][2].done() and not self._still_waiting(partition, heap):
+                    continue
                 if cap is not None and self.active[partition] >= cap:
                     return
             else:
@@ -192,11 +189,8 @@ class SlotScheduler:
         best: int | None = None
         best_key: tuple = ()
         for partition, heap in list(waiting.items()):
-            if heap[0][2].done():
-                self._drop_given_up(heap)
-                if not heap:
-                    del waiting[partition]
-                    continue
+            if heap[0][2].done() and not self._still_waiting(partition, heap):
+                continue
             if cap is not None and self.active[partition] >= cap:
                 continue
             key = (heap[0][0], self.active[partition], self._last_served[partition], heap[0][1])
@@ -204,11 +198,17 @@ class SlotScheduler:
                 best, best_key = partition, key
         return best
 
-    def _drop_given_up(self, heap: list) -> None:
-        """Pop the waiters at the head of ``heap`` that gave up (are done) before their grant."""
+    def _still_waiting(self, partition: int, heap: list) -> bool:
+        """Drop the waiters at the head of ``partition``'s heap that gave up (are done) before their grant;
+        False, and the partition leaves the queue, when none is left."""
         while heap and heap[0][2].done():
             self._waiting_holdable -= heapq.heappop(heap)[3]
             self.waiting_count -= 1
+        if heap:
+            return True
+        del self._waiting[partition]
+        return False
+
 
 def priority_key(value: object) -> tuple:
     """What ``task_priority`` returned, as a key every other task's key compares with.
