@@ -45,7 +45,7 @@ class SlotScheduler:
         self.held = 0  # held places granted and not yet settled
         self.pass_slot: Callable[[], bool] | None = None  # the runner's: a free slot to its first held task
         self.active: defaultdict[int, int] = defaultdict(int)
-        self._waiting: dict[int, list[tuple[tuple, int, Waiter, bool]]] = {}
+        self._waiting: dict[int, list[tuple[tuple, int, Waiter, bool]]] = {}  # heaps by partition, none empty
         self._last_served: defaultdict[int, int] = defaultdict(int)
         self._seq = itertools.count()
         self._grants = itertools.count(1)
