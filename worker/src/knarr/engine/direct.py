@@ -180,7 +180,7 @@ class _Direct:
             self._settle(0)
             return
         called = start_hook("on_task_complete", processor.handler.on_task_complete, outcome.result,
-                            log=processor.log, **task_context(run.task))
+                            log=processor.log, context=task_context(run.task))
         if not isinstance(called, Called):  # it waits on something: the rest in a task of its own
             self._hand_over(processor.complete(run, outcome, hook=called))
             return

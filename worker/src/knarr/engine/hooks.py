@@ -37,6 +37,8 @@ CONSEQUENCES = {
 }
 
 
+_NO_CONTEXT: dict[str, Any] = {}  # (never changed: _failed and the log line only read it)
+
 # Each hook's knarr_handler_duration_seconds child, looked up once (a hook's calls are timed on every task).
 _durations = {name: metrics.handler_duration.labels(name) for name in CONSEQUENCES}
 
@@ -70,16 +72,18 @@ def _failed(name: str, exc: Exception, log: Any, context: dict[str, Any], quiet:
 async def call_hook(name: str, fn: Callable[..., Awaitable[Any]], *args: Any, log: Any, quiet: bool = False,
                     **context: Any) -> Called:
     """Await the async hook ``fn(*args)``."""
-    called = start_hook(name, fn, *args, log=log, quiet=quiet, **context)
+    called = start_hook(name, fn, *args, log=log, quiet=quiet, context=context)
     return called if isinstance(called, Called) else await called
 
 
 def start_hook(name: str, fn: Callable[..., Awaitable[Any]], *args: Any, log: Any, quiet: bool = False,
-               **context: Any) -> Called | Coroutine[Any, Any, Called]:
+               context: dict[str, Any] = _NO_CONTEXT) -> Called | Coroutine[Any, Any, Called]:
     """The hook, run at once as far as it goes without waiting: its Called when it returns (or raises)
     in that first step, as most hooks do, else a coroutine to await for the rest. Either way it is
     timed, counted and its exception turned into a Called, without a coroutine of the engine's own
-    around the hook's when it never waits (direct.py's path; call_hook awaits the rest)."""
+    around the hook's when it never waits (direct.py's path; call_hook awaits the rest). ``context``
+    names what the hook was called for in its log line (call_hook's keyword arguments; a dict here,
+    so a call on every task builds no keyword dict of its own)."""
     started = time.monotonic()
     waits = False
     try:
