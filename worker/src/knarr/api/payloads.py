@@ -127,10 +127,10 @@ PAYLOAD_KINDS: dict[str, type[_Payload]] = {
     "kafka": KafkaPayload, "postgres": PostgresPayload, "mongo": MongoPayload, "http": HttpPayload,
     "redis": RedisPayload, "files": FilePayload, "plugin": PluginPayload,
 }
-# A CollectResult field -> the kind of sink its payloads go to (every plug-in type is of kind "plugin").
-SINK_KIND_OF_FIELD: dict[str, str] = {"files": "filesystem"}
-# Every CollectResult field -> the sink type its payloads go to, in the fields' order.
-SINK_TYPES: dict[str, str] = {name: SINK_KIND_OF_FIELD.get(name, name) for name in PAYLOAD_KINDS}
+# Every CollectResult field -> the kind of sink its payloads go to, in the fields' order (each field's
+# own name but ``files``; every plug-in type is of kind "plugin"); and back.
+SINK_TYPES: dict[str, str] = {name: "filesystem" if name == "files" else name for name in PAYLOAD_KINDS}
+FIELD_OF_SINK_TYPE: dict[str, str] = {sink_type: name for name, sink_type in SINK_TYPES.items()}
 
 
 def payload_kind(payload: Any) -> str:

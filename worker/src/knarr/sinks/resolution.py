@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from knarr.api.payloads import FIELD_OF_SINK_TYPE
 from knarr.errors import FatalError
 
 
@@ -18,7 +19,7 @@ def resolve_sink(sink_type: str, requested: str, configured: Iterable[str]) -> s
     is configured. Anything else must name a configured instance.
     """
     names = sorted(configured)
-    field = "files" if sink_type == "filesystem" else sink_type
+    field = FIELD_OF_SINK_TYPE.get(sink_type, sink_type)
     if requested:
         if requested in names:
             return requested
