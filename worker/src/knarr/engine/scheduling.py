@@ -165,10 +165,10 @@ class SlotScheduler:
                 [(partition, heap)] = waiting.items()
                 if heap[0][2].done() and not self._still_waiting(partition, heap):
                     continue
-                if cap is not None and self.active[partition] >= cap:
+                if cap is not None and self.active[partition] >= cap:  # (_under_cap, without its call)
                     return
             else:
-                best = self._first_in_order(waiting, cap)
+                best = self._first_in_order()
                 if best is None:
                     return
                 partition, heap = best, waiting[best]
@@ -183,15 +183,15 @@ class SlotScheduler:
             self._grant(partition, held)
             fut.set_result(held)
 
-    def _first_in_order(self, waiting: dict[int, list], cap: int | None) -> int | None:
-        """The partition whose first waiter is next in the order (None: all are at their cap), dropping
-        the waiters that gave up (and the partitions left with none) on the way."""
+    def _first_in_order(self) -> int | None:
+        """The partition whose first waiter is next in the order (None: every one left is at its cap),
+        dropping the waiters that gave up (and the partitions left with none) on the way."""
         best: int | None = None
         best_key: tuple = ()
-        for partition, heap in list(waiting.items()):
+        for partition, heap in list(self._waiting.items()):
             if heap[0][2].done() and not self._still_waiting(partition, heap):
                 continue
-            if cap is not None and self.active[partition] >= cap:
+            if not self._under_cap(partition):
                 continue
             key = (heap[0][0], self.active[partition], self._last_served[partition], heap[0][1])
             if best is None or key < best_key:
