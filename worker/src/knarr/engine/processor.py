@@ -451,9 +451,11 @@ class PartitionProcessor:
     def task_completed(self, run: Run, started: float, delivered: int) -> None:
         events.emit("task_complete", self.recorder, self._task_record, run, started, delivered)
 
-    def _task_record(self, run: Run, started: float, delivered: int) -> dict[str, Any]:
-        return {"partition": self.partition, "offset": run.first_offset, **task_context(run.task),
-                "duration": round(time.monotonic() - started, 6), "output_message_count": delivered}
+    def _task_record(self, run: Run, started: float, delivered: int) -> events.Fields:
+        task = run.task
+        data = {"labels": task.labels, "output_message_count": delivered} if task.labels else {
+            "output_message_count": delivered}
+        return self.partition, run.first_offset, task.task_id, round(time.monotonic() - started, 6), data
 
     def hook_failed(self, run: Run, result: ExecutorResult, error: BaseException | None) -> Failed:
         """on_task_complete raised: the task counts as failed (reason 'hook')."""
@@ -490,9 +492,10 @@ class PartitionProcessor:
         events.emit("message_complete", self.recorder, self._message_record, group, started, delivered)
         self._group_closed(group)
 
-    def _message_record(self, group: Group, started: float, delivered: int) -> dict[str, Any]:
-        return {"partition": self.partition, "offset": group.offset, **group.counts(),
-                "duration": round(time.monotonic() - started, 6), "output_message_count": delivered}
+    def _message_record(self, group: Group, started: float, delivered: int) -> events.Fields:
+        data = group.counts()
+        data["output_message_count"] = delivered
+        return self.partition, group.offset, None, round(time.monotonic() - started, 6), data
 
     def _group_closed(self, group: Group) -> None:
         self.stats.messages += 1
@@ -517,9 +520,9 @@ class PartitionProcessor:
     def _finished(self, window: Window, delivered: int) -> None:
         events.emit("window_complete", self.recorder, self._window_record, window, delivered)
 
-    def _window_record(self, window: Window, delivered: int) -> dict[str, Any]:
-        return {"partition": self.partition, "window_id": window.id, "task_count": window.tasks,
-                "duration": round(time.monotonic() - window.created_at, 6), "output_message_count": delivered}
+    def _window_record(self, window: Window, delivered: int) -> events.Fields:
+        return self.partition, None, None, round(time.monotonic() - window.created_at, 6), {
+            "window_id": window.id, "task_count": window.tasks, "output_message_count": delivered}
 
     # --- outputs ---------------------------------------------------------------------------
     async def _deliver(self, collect: Any, stage: str, messages: list[SourceMessage],

@@ -23,22 +23,33 @@ from knarr.observability.logging import get_logger
 
 _log = get_logger(component="flight")
 _counters = {name: metrics.flight_events.labels(name) for name in ("task_complete", "message_complete", "window_complete")}
-_COLUMNS = ("partition", "offset", "task_id", "duration")
+
+# What a flight event's fields builder returns: partition, offset, task id, duration (seconds), data.
+Fields = tuple[int | None, int | None, str | None, float | None, dict[str, Any]]
 
 
-def emit(event: str, recorder: Any, fields: Callable[..., dict[str, Any]], *args: Any) -> None:
+def emit(event: str, recorder: Any, fields: Callable[..., Fields], *args: Any) -> None:
     """Count ``event``; log it at DEBUG and record it when a recorder is given. ``fields(*args)`` builds
     its record, and is called only then: with neither (the default) the count is all an event costs
-    (no closure made per event for a record nobody reads)."""
+    (no closure made per event for a record nobody reads).
+
+    ``fields`` gives the recorder's columns as they are (partition, offset, task id, duration in
+    seconds) and the rest as the event's data, so the record goes to the recorder without being
+    taken apart; the log line has them all in one mapping."""
     counter = _counters.get(event) or metrics.flight_events.labels(event)
     counter.inc()
     if recorder is None and not knarr_logging.debug_enabled:
         return
-    record = fields(*args)
+    partition, offset, task_id, duration, data = fields(*args)
     if knarr_logging.debug_enabled:
-        _log.debug(event, **record)
+        _log.debug(event, **log_fields(partition, offset, task_id, duration, data))
     if recorder is not None:
-        duration = record.get("duration")
-        recorder.record(event, record.get("partition"), record.get("offset"), record.get("task_id"), None,
-                        duration * 1000 if duration is not None else None,
-                        {k: v for k, v in record.items() if k not in _COLUMNS})
+        recorder.record(event, partition, offset, task_id, None, duration * 1000 if duration is not None else None,
+                        data)
+
+
+def log_fields(partition: int | None, offset: int | None, task_id: str | None, duration: float | None,
+               data: dict[str, Any]) -> dict[str, Any]:
+    """An event's fields as its log line has them: the columns it has (none of them None), then its data."""
+    columns = {"partition": partition, "offset": offset, "task_id": task_id}
+    return {**{key: value for key, value in columns.items() if value is not None}, **data, "duration": duration}
