@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gc
 import json
 import math
 import threading
@@ -14,7 +15,7 @@ from knarr.config.loading import ConfigError, config_from_dict
 from knarr.config.models import DebugConfig
 from knarr.debug import queries, schema
 from knarr.debug.links import links
-from knarr.debug.recorder import FlightRecorder
+from knarr.debug.recorder import WIDTH, FlightRecorder
 
 SINKS = {"filesystem": {"out": {"base_path": "/tmp"}}}
 
@@ -107,21 +108,48 @@ def test_event_data_is_stored_as_the_json_module_would_store_it(data):
     assert stored == plain or json.loads(stored) == json.loads(plain)
 
 
-async def test_a_written_batch_is_freed_on_the_recorders_thread_not_on_the_event_loop():
-    freed_on: list[int] = []
+def test_event_data_no_json_can_say_is_kept_as_its_repr_and_the_event_is_recorded():
+    recorder = memory_recorder()
+    cyclic: list = []
+    cyclic.append(cyclic)
+    recorder.record("consumed", 0, 1, data={("a", 1): "a tuple key"})
+    recorder.record("consumed", 0, 2, data={"loop": cyclic})
+    stored = [json.loads(text) for text in list(recorder._buffer)[WIDTH - 1::WIDTH]]
+    assert stored == [{"unencodable": "{('a', 1): 'a tuple key'}"}, {"unencodable": "{'loop': [[...]]}"}]
 
-    class Marker:
-        def __del__(self) -> None:
-            freed_on.append(threading.get_ident())
 
+async def test_a_written_batch_is_emptied_on_the_recorders_thread_not_on_the_event_loop():
     recorder = memory_recorder()
     await recorder.start()
+    emptied_on: list[int] = []
+    write = recorder._write
+
+    def watched(batch) -> None:
+        write(batch)
+        if not batch:
+            emptied_on.append(threading.get_ident())
+
+    recorder._write = watched
     try:
-        recorder.record("consumed", 0, 1, data={"marker": Marker()})
+        recorder.record("consumed", 0, 1, data={"keys": ["k"]})
         await recorder.flush()
     finally:
         await recorder.stop()
-    assert len(freed_on) == 1 and freed_on[0] != threading.get_ident()
+    assert len(emptied_on) == 1 and emptied_on[0] != threading.get_ident()
+
+
+def test_a_buffered_event_is_nothing_the_garbage_collector_walks():
+    recorder = memory_recorder()
+    recorder.record("task_queued", 0, 7, "t-1", None, None, {"offsets": [7], "args": ["a", "b"], "window_id": 1})
+    recorder.record("task_started", 0, 7, "t-1", None, None, {"args": ["a", "b"], "attempt": 1})
+    recorder.record("task_finished", 0, 7, "t-1", None, 1.5, {"exit_code": 0, "args": ["a", "b"], "stdout": "x"})
+    recorder.record("committed", 0, 8)
+    values = list(recorder._buffer)
+    assert len(values) == 4 * WIDTH
+    assert not any(gc.is_tracked(value) for value in values)  # numbers, text and None: no container
+    data = [json.loads(text) for text in values[WIDTH - 1::WIDTH]]  # each event's data, already JSON
+    assert data == [{"offsets": [7], "args": ["a", "b"], "window_id": 1}, {"attempt": 1, "slot": 0},
+                    {"exit_code": 0, "args": ["a", "b"]}, {}]
 
 
 async def test_the_live_feed_leaves_out_events_shorter_than_ws_min_duration():

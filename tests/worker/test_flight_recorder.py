@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from knarr.config.loading import ConfigError
+from knarr.debug.recorder import WIDTH
 from knarr.engine.worker import Worker
 from tests.programs.recorded import GROUPS_ENV, FanoutHandler
 from tests.services.kafka import committed_offsets, end_offsets, produce_json
@@ -245,10 +246,11 @@ async def test_a_full_buffer_drops_its_oldest_events_and_counts_them_not_the_wor
         produced = produce_json(kafka_bootstrap, topic, [{"job": f"b{i}", "fanout": 1} for i in range(40)], partition=0)
         await wait_until(lambda: committed_offsets(kafka_bootstrap, worker.config.kafka.consumer_group, topic)
                          == {0: len(produced)}, 60, "every message to be processed and committed")
-        buffered = list(recorder._buffer)
+        buffered = list(recorder._buffer)[::WIDTH]  # the ids (each event's first value)
         assert 0 < len(buffered) <= 100 and recorder.dropped > 0
+        assert len(recorder._buffer) == len(buffered) * WIDTH  # whole events only
         assert metrics.recorder_dropped._value.get() - dropped_before == recorder.dropped
-        assert [e[0] for e in buffered] == list(range(recorder._next_id - len(buffered), recorder._next_id))  # the newest
+        assert buffered == list(range(recorder._next_id - len(buffered), recorder._next_id))  # the newest
         disk_answers.set()
     assert recorder.stored + recorder.dropped == recorder._next_id - 1  # every event either written or counted
 

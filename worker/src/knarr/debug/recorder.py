@@ -1,17 +1,22 @@
 """The flight recorder: every engine event, buffered in memory and written to SQLite off the event loop.
 
-``record()`` is what the engine calls, on the event loop, for each event: it appends a tuple to
-a buffer and returns. Every ``flush_interval_seconds``, or as soon as ``FLUSH_EARLY_EVENTS`` are
-waiting (a busy worker makes thousands a second), the buffer is handed to the recorder's own
-thread, which writes it, rotates the database file every ``rotation_interval_minutes`` (or
-sooner, once it holds its share of ``retention_max_events``) and applies retention (by age, and
-by total event count across this worker's files, a whole file at a time). A buffer that
-fills up (``max_buffer``) drops its oldest events and counts them; the pipeline never waits
-for the recorder.
+``record()`` is what the engine calls, on the event loop, for each event: it appends the event's
+columns, its data as JSON, to a buffer and returns. Every ``flush_interval_seconds``, or as soon
+as ``FLUSH_EARLY_EVENTS`` are waiting (a busy worker makes thousands a second), the buffer is
+handed to the recorder's own thread, which writes it, rotates the database file every
+``rotation_interval_minutes`` (or sooner, once it holds its share of ``retention_max_events``)
+and applies retention (by age, and by total event count across this worker's files, a whole
+file at a time). A buffer that fills up (``max_buffer``) drops its oldest events and counts
+them; the pipeline never waits for the recorder.
 
 Database files are ``knarr-recorder-<worker>-<UTC time>.db`` in ``db_dir``, with
 ``knarr-recorder-<worker>-live.db`` linking to the current one. ``db_dir: ''`` keeps one
 database in memory instead (no rotation, retention by count only).
+
+The buffer is one flat sequence of values, ``WIDTH`` per event, none of them a container: a
+buffered event is nothing the cyclic garbage collector walks. Held as a tuple and a dict each,
+ten thousand events between two writes made the collector take its young generation over and
+over, walking them every time (about 5 µs per task in ``make bench-recorder``).
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ WRITE_CHUNK = 200  # events per INSERT (2,000 parameters; SQLite takes up to 32,
 FILE_PARTS = 4  # a file holds at most 1/FILE_PARTS of retention_max_events: retention then drops whole files
 FILE_MIN_EVENTS = 1_000  # ... or this many: a small retention_max_events must not start a file every few events
 _NO_DATA: dict[str, Any] = {}  # shared, never changed: what an event without data stores
+WIDTH = len(schema.BUFFERED_COLUMNS)  # values per buffered event
+_now = time.time
 
 
 class FlightRecorder:
@@ -63,8 +70,8 @@ class FlightRecorder:
         self.stored = 0  # events written so far
         self.running: dict[str, dict[str, Any]] = {}  # task_id -> what runs in a pool slot now
         self.db_path: str = ""  # the current file ('' in memory)
-        self._buffer: deque[tuple] = deque()
-        self._flush_at = min(FLUSH_EARLY_EVENTS, config.max_buffer // 2)
+        self._buffer: deque[Any] = self._new_buffer()  # WIDTH values per event (schema.BUFFERED_COLUMNS)
+        self._flush_at = min(FLUSH_EARLY_EVENTS, config.max_buffer // 2) * WIDTH  # (in values)
         self._flush_now = asyncio.Event()
         self._subscribers: set[asyncio.Queue] = set()
         self._next_id = 1
@@ -84,7 +91,6 @@ class FlightRecorder:
         self._ws_min = config.ws_min_duration_ms
         self._log_min = config.log_min_duration_ms
         self._output_min = config.output_min_duration_ms if config.store_output else None
-        self._max_buffer = config.max_buffer
         self._free_slots: list[int] = []  # pool slot numbers given back, lowest first
 
     # --- the engine's side: cheap, on the event loop -------------------------------------------
@@ -93,25 +99,26 @@ class FlightRecorder:
                data: dict[str, Any] | None = None) -> None:
         """Take one event. Never blocks, never raises into the pipeline for a full buffer.
 
-        Kept to the least on the event loop: the JSON of the data is the recorder thread's work.
+        Its data becomes JSON here (orjson: a fraction of a microsecond, which the recorder's thread
+        would take under the same GIL), so the buffer holds no container (the module's docstring).
         """
         if kind in _POOL_EVENTS:
             data = self._pool_slot(kind, task_id, partition, duration_ms, data)
-        elif data is None:
-            data = _NO_DATA
         event_id = self._next_id
         self._next_id = event_id + 1
-        ts = time.time()
+        ts = _now()
         if self._store and (duration_ms is None or duration_ms >= self._event_min):
             buffer = self._buffer
-            if len(buffer) >= self._max_buffer:
-                buffer.popleft()
-                self.dropped += 1
-                self._dropped_metric.inc()
-            buffer.append((event_id, ts, kind, partition, offset, task_id, parent_task_id, duration_ms, data))
             if len(buffer) >= self._flush_at:
                 self._flush_now.set()
+                if len(buffer) == buffer.maxlen:  # full: the append below drops the oldest event's values
+                    self.dropped += 1
+                    self._dropped_metric.inc()
+            buffer.extend((event_id, ts, kind, partition, offset, task_id, parent_task_id, duration_ms,
+                           schema.dumps(data) if data else "{}"))
         if self._subscribers and (duration_ms is None or duration_ms >= self._ws_min):
+            if data is None:
+                data = _NO_DATA
             self._broadcast({"type": "event", "id": event_id, "ts": ts, "worker": self.worker, "kind": kind,
                              "partition": partition, "offset": offset, "task_id": task_id,
                              "parent_task_id": parent_task_id, "duration_ms": duration_ms,
@@ -201,7 +208,7 @@ class FlightRecorder:
         if not self._buffer:
             await self._in_thread(self._maintain)
             return
-        batch, self._buffer = self._buffer, deque()
+        batch, self._buffer = self._buffer, self._new_buffer()
         await self._in_thread(self._write, batch)
 
     async def sync_state(self) -> None:
@@ -260,7 +267,11 @@ class FlightRecorder:
             self._link_live(path)
         schema.create(self._conn)
         row = self._conn.execute("SELECT max(id), count(*) FROM events").fetchone()
-        self._next_id = max(self._next_id, (row[0] or 0) + 1)
+        if row[0] is not None and row[0] >= self._next_id:
+            # Only a database that has events already moves the ids on. A rotation's new file has none,
+            # and this runs on the recorder's thread while the loop takes ids: written back, a stale
+            # _next_id would give two events one id (and fail the write of every chunk holding both).
+            self._next_id = row[0] + 1
         self._file_events = row[1]
         self._opened_at = time.monotonic()
         self._write_config()
@@ -280,34 +291,35 @@ class FlightRecorder:
         self._conn.execute(schema.UPSERT_CONFIG, (self.worker, self.cluster, self.consumer_group, self.debug_url,
                                                   self.db_path, schema.dumps(self.masked_config), time.time()))
 
-    def _write(self, batch: deque[tuple]) -> None:
+    def _new_buffer(self) -> deque[Any]:
+        return deque(maxlen=self.config.max_buffer * WIDTH)
+
+    def _write(self, batch: deque[Any]) -> None:
         """Insert a batch ``WRITE_CHUNK`` rows per statement; a file that reaches its share of the
         events kept is closed and the rest goes to a new one.
 
         SQLite lets go of the GIL around each step of a statement: row-by-row inserts handed it
         back and forth with the event loop at every row, and under load that convoy cost more
         than the writing. A statement of many rows holds the GIL only while its parameters are
-        bound (the data's JSON, a fraction of a millisecond) and inserts them all without it.
+        bound (a fraction of a millisecond) and inserts them all without it.
         """
-        rows, worker, encode = list(batch), self.worker, schema.dumps
-        batch.clear()  # the events are freed with ``rows``, on this thread, not by the loop when flush() returns
-        done = 0
-        while done < len(rows):
+        values = list(batch)
+        batch.clear()  # the events are freed with ``values``, on this thread, not by the loop when flush() returns
+        events, done = len(values) // WIDTH, 0
+        while done < events:
             if self.config.db_dir and self._file_events >= self._file_cap:
                 self._rotate()
             assert self._conn is not None
-            room = self._file_cap - self._file_events if self.config.db_dir else len(rows)
-            part = rows[done:done + max(1, room)]
+            room = self._file_cap - self._file_events if self.config.db_dir else events
+            end = min(events, done + max(1, room))
             with self._conn:
-                for start in range(0, len(part), WRITE_CHUNK):
-                    chunk, params = part[start:start + WRITE_CHUNK], []
-                    for event_id, ts, kind, partition, offset, task_id, parent, duration_ms, data in chunk:
-                        params += (event_id, ts, worker, kind, partition, offset, task_id, parent, duration_ms,
-                                   encode(data) if data else "{}")
-                    self._conn.execute(schema.insert_events(len(chunk)), params)
-            done += len(part)
-            self.stored += len(part)
-            self._file_events += len(part)
+                for start in range(done, end, WRITE_CHUNK):
+                    rows = min(WRITE_CHUNK, end - start)
+                    self._conn.execute(schema.insert_events(rows),
+                                       [self.worker, *values[start * WIDTH:(start + rows) * WIDTH]])
+            self.stored += end - done
+            self._file_events += end - done
+            done = end
         self._maintain()
 
     def _write_state(self, ts: float, state: dict[str, Any]) -> None:
@@ -400,7 +412,7 @@ class FlightRecorder:
 
     # --- what the overview shows about the recorder ----------------------------------------------
     def describe(self) -> dict[str, Any]:
-        return {"events": self._next_id - self._first_id, "stored": self.stored, "buffered": len(self._buffer),
+        return {"events": self._next_id - self._first_id, "stored": self.stored, "buffered": len(self._buffer) // WIDTH,
                 "dropped": self.dropped, "db_path": self.db_path}
 
 
