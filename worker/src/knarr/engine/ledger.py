@@ -75,6 +75,7 @@ class Group:
 
     message: SourceMessage
     window: Window
+    offset: int  # the message's (read for every task and event: a field, not a property's call)
     tasks: list[ExecutorTask] = field(default_factory=list)
     results: list[ExecutorResult] = field(default_factory=list)
     errors: list[ExecutorError] = field(default_factory=list)
@@ -82,10 +83,6 @@ class Group:
     state: GroupState = GroupState.OPEN
     started_at: float = 0.0
     finished_at: float = 0.0
-
-    @property
-    def offset(self) -> int:
-        return self.message.offset
 
     def outcome(self) -> str:
         """What became of the message, as knarr_messages_completed_total counts it (the same as its view says)."""
@@ -236,7 +233,7 @@ class Ledger:
         now = time.monotonic()
         for msg in messages:
             self.watermark.register(msg.offset)
-            window.groups[msg.offset] = Group(message=msg, window=window, started_at=now)
+            window.groups[msg.offset] = Group(message=msg, window=window, offset=msg.offset, started_at=now)
         window.open_groups = len(window.groups)
         window.unarranged = set(window.groups)
         self.windows.add(window)
