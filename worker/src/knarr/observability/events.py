@@ -42,14 +42,14 @@ def emit(event: str, recorder: Any, fields: Callable[..., Fields], *args: Any) -
         return
     partition, offset, task_id, duration, data = fields(*args)
     if knarr_logging.debug_enabled:
-        _log.debug(event, **log_fields(partition, offset, task_id, duration, data))
+        _log.debug(event, **_log_fields(partition, offset, task_id, duration, data))
     if recorder is not None:
         recorder.record(event, partition, offset, task_id, None, duration * 1000 if duration is not None else None,
                         data)
 
 
-def log_fields(partition: int | None, offset: int | None, task_id: str | None, duration: float | None,
-               data: dict[str, Any]) -> dict[str, Any]:
+def _log_fields(partition: int | None, offset: int | None, task_id: str | None, duration: float | None,
+                data: dict[str, Any]) -> dict[str, Any]:
     """An event's fields as its log line has them: the columns it has (none of them None), then its data."""
     columns = {"partition": partition, "offset": offset, "task_id": task_id}
     return {**{key: value for key, value in columns.items() if value is not None}, **data, "duration": duration}
