@@ -182,7 +182,8 @@ bench-instructions: setup
 .PHONY: bench-bytecodes
 
 # The bytecodes the worker's Python executes per task, by function, counted (local Kafka): where the engine's
-# interpreted work goes, in spawn or persistent mode (BENCH_ARGS: --mode ... --messages N --base N --top N)
+# interpreted work goes, in spawn or persistent mode, the flight recorder off or on (BENCH_ARGS: --mode ...
+# --recorder --messages N --base N --top N)
 bench-bytecodes: setup
 	hack/kafka/kafka.sh up
 	$(UV) run python bench/bytecodes.py $(BENCH_ARGS)

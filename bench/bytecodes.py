@@ -18,7 +18,11 @@ compare counts across commits on the same Python (another version compiles to ot
 A traced worker runs some fifty times slower, so timers weigh more than in a real run, alike in
 both runs of a pair.
 
-    uv run python bench/bytecodes.py [--mode spawn|persistent] [--messages 2400] [--base 400] [--top 40]
+With ``--recorder`` the worker runs with the flight recorder on (the spec's defaults): what the
+recorder's events cost the event loop and its thread, counted as the rest, where ``make
+bench-recorder``'s timed pairs spread by tens of percent on a busy host.
+
+    uv run python bench/bytecodes.py [--mode spawn|persistent] [--recorder] [--messages 2400] [--base 400] [--top 40]
 """
 
 from __future__ import annotations
@@ -134,10 +138,12 @@ def by_file(counts: dict[str, list[float]]) -> list[tuple[str, float]]:
     return files.most_common()
 
 
-def report(mode: str, sizes: tuple[int, int], counts: dict[str, list[float]], top: int) -> str:
+def report(mode: str, sizes: tuple[int, int], counts: dict[str, list[float]], top: int,
+           recorder: bool = False) -> str:
     total = sum(b for b, _ in counts.values())
     calls = sum(c for _, c in counts.values())
-    lines = [f"bytecodes per task, {mode} mode (runs of {sizes[1]} and {sizes[0]} messages): {total:,.0f}, "
+    mode = f"{mode} mode, flight recorder on" if recorder else f"{mode} mode"
+    lines = [f"bytecodes per task, {mode} (runs of {sizes[1]} and {sizes[0]} messages): {total:,.0f}, "
              f"in {calls:.0f} Python calls", "  by module:"]
     lines += [f"    {bytecodes:8.1f}  {name}" for name, bytecodes in by_file(counts)[:top] if bytecodes >= 0.5]
     lines.append("  by function (its own bytecodes per task; calls per task):")
@@ -159,7 +165,7 @@ def _counted_run(spec: dict) -> int:
         counter.install()
         try:
             figure, _, _ = await persistent.run_worker(spec["bootstrap"], spec["mode"], topic, ends,
-                                                       spec["max_executors"])
+                                                       spec["max_executors"], recorder=spec["recorder"])
         finally:
             counter.remove()
         return figure.count, counter
@@ -169,9 +175,11 @@ def _counted_run(spec: dict) -> int:
     return 0
 
 
-def count(mode: str, bootstrap: str, messages: int, max_executors: int) -> tuple[int, dict[str, list[int]]]:
+def count(mode: str, bootstrap: str, messages: int, max_executors: int,
+          recorder: bool = False) -> tuple[int, dict[str, list[int]]]:
     """(tasks, counts) of one traced run in a process of its own."""
-    spec = json.dumps({"mode": mode, "bootstrap": bootstrap, "messages": messages, "max_executors": max_executors})
+    spec = json.dumps({"mode": mode, "bootstrap": bootstrap, "messages": messages, "max_executors": max_executors,
+                       "recorder": recorder})
     proc = subprocess.run([sys.executable, __file__, "--counted", spec], capture_output=True, text=True, timeout=1800)
     found = [line for line in proc.stdout.splitlines() if line.startswith(COUNTED)]
     if proc.returncode != 0 or not found:
@@ -188,6 +196,7 @@ def main() -> int:
     parser.add_argument("--base", type=int, default=400, help="the smaller run's messages (fewer than --messages)")
     parser.add_argument("--max-executors", type=int, default=4)
     parser.add_argument("--top", type=int, default=40, help="functions (and modules) listed")
+    parser.add_argument("--recorder", action="store_true", help="count with the flight recorder on")
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
     parser.add_argument("--counted", help=argparse.SUPPRESS)  # the child: one traced run
     args = parser.parse_args()
@@ -200,11 +209,11 @@ def main() -> int:
     from tests.services.kafka import ensure_kafka
 
     bootstrap = args.bootstrap or ensure_kafka()
-    print(f"counting {args.mode} mode: a traced run of {args.base} messages, then one of {args.messages} ...",
-          file=sys.stderr, flush=True)
-    small = count(args.mode, bootstrap, args.base, args.max_executors)
-    large = count(args.mode, bootstrap, args.messages, args.max_executors)
-    print(report(args.mode, (args.base, args.messages), per_task(small, large), args.top))
+    print(f"counting {args.mode} mode{', flight recorder on' if args.recorder else ''}: a traced run of "
+          f"{args.base} messages, then one of {args.messages} ...", file=sys.stderr, flush=True)
+    small = count(args.mode, bootstrap, args.base, args.max_executors, args.recorder)
+    large = count(args.mode, bootstrap, args.messages, args.max_executors, args.recorder)
+    print(report(args.mode, (args.base, args.messages), per_task(small, large), args.top, args.recorder))
     return 0
 
 

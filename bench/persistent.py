@@ -185,8 +185,20 @@ async def run_mode(bootstrap: str, mode: str, messages: int, max_executors: int,
 
 
 async def run_worker(bootstrap: str, mode: str, topic: str, ends: dict[int, int], max_executors: int,
-                     per_task: int = 1, delay_us: float = 0.0,
-                     poll_us: float = 0.0) -> tuple[Figure, float | None, TimedSource]:
+                     per_task: int = 1, delay_us: float = 0.0, poll_us: float = 0.0,
+                     recorder: bool = False) -> tuple[Figure, float | None, TimedSource]:
+    """One worker over ``topic`` until every end offset is committed. ``recorder``: with the flight
+    recorder on (the spec's defaults, a fresh ``db_dir`` removed afterwards)."""
+    if recorder:
+        with tempfile.TemporaryDirectory(prefix="knarr-bench-recorder-") as db_dir:
+            return await _run_worker(bootstrap, mode, topic, ends, max_executors, per_task, delay_us, poll_us,
+                                     {"enabled": True, "port": 0, "db_dir": db_dir})
+    return await _run_worker(bootstrap, mode, topic, ends, max_executors, per_task, delay_us, poll_us, {})
+
+
+async def _run_worker(bootstrap: str, mode: str, topic: str, ends: dict[int, int], max_executors: int,
+                      per_task: int, delay_us: float, poll_us: float,
+                      debug: dict) -> tuple[Figure, float | None, TimedSource]:
     output = unique_name("bench-persistent-out")
     create_topic(bootstrap, output, 1)
     executor = {"binary_path": SPAWN_BINARY, "max_executors": max_executors, "task_timeout_seconds": 30}
@@ -200,6 +212,7 @@ async def run_worker(bootstrap: str, mode: str, topic: str, ends: dict[int, int]
         "sinks": {"kafka": {"out": {"topic": output}}},
         "metrics": {"enabled": False},
         "logging": {"level": "WARNING", "format": "json"},
+        "debug": debug,
     })
     source = TimedSource(KafkaSource(config.kafka, config.executor, client_id=f"bench-{mode}"), ends)
     worker = MeasuredWorker(config, EchoHandler() if per_task == 1 else BatchEchoHandler(per_task), source=source)

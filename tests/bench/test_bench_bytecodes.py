@@ -87,19 +87,22 @@ def test_the_counter_counts_a_functions_own_bytecodes_and_its_calls():
 
 
 @pytest.mark.kafka
-@pytest.mark.parametrize("mode", ["spawn", "persistent"])
-def test_a_tiny_count_of_each_mode_names_the_engines_functions(mode, kafka_bootstrap):
+@pytest.mark.parametrize("mode, recorder", [("spawn", False), ("persistent", False), ("spawn", True)])
+def test_a_tiny_count_of_each_mode_names_the_engines_functions(mode, recorder, kafka_bootstrap):
     proc = subprocess.run(
         [sys.executable, str(BENCH / "bytecodes.py"), "--mode", mode, "--messages", "120", "--base", "40",
-         "--top", "15", "--bootstrap", kafka_bootstrap],
+         "--top", "40", "--bootstrap", kafka_bootstrap] + (["--recorder"] if recorder else []),
         capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    found = re.search(rf"^bytecodes per task, {mode} mode \(runs of 120 and 40 messages\): ([\d,]+), in (\d+) Python calls",
+    label = f"{mode} mode, flight recorder on" if recorder else f"{mode} mode"
+    found = re.search(rf"^bytecodes per task, {label} \(runs of 120 and 40 messages\): ([\d,]+), in (\d+) Python calls",
                       proc.stdout, re.MULTILINE)
     assert found and int(found[1].replace(",", "")) > 500 and int(found[2]) > 20, proc.stdout
     assert re.search(r"^ +[\d.]+  knarr/engine/\w+\.py$", proc.stdout, re.MULTILINE), proc.stdout  # by module
     assert re.search(r"^ +[\d.]+ +[\d.]+  knarr/engine/\w+\.py:\w+:\d+$", proc.stdout, re.MULTILINE), proc.stdout
+    recorded = re.search(r"^ +[\d.]+ +[\d.]+  knarr/debug/recorder\.py:record:\d+$", proc.stdout, re.MULTILINE)
+    assert bool(recorded) == recorder, proc.stdout  # the recorder's events are counted when it is on, only then
 
 
 @pytest.mark.parametrize("args, error", [
