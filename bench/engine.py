@@ -83,7 +83,7 @@ from knarr.engine.processes import run_process  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.loop_lag import LoopLagProbe  # noqa: E402
 from knarr.sources.kafka import KafkaSource  # noqa: E402
-from rounds import host_pace, judged, nearest_median, pace_text, verdict  # noqa: E402
+from rounds import host_pace, judged, nearest_median, pace_text, places, verdict  # noqa: E402
 
 from tests.services.kafka import create_topic, end_offsets, ensure_kafka, produce_json, unique_name  # noqa: E402
 
@@ -532,7 +532,7 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
         ratios = [r.floor_ratio for r in floored]
         print(f"  {'the rounds: C spawn floor / spawn mode, end to end (b)':58}"
               f"{', '.join(f'{r.floor.rate:.0f} / {r.b.rate:.0f}' for r in floored)}  /s")
-        judged(f"spawn mode / C floor: the median of {len(ratios)} rounds", ratios, TARGET_FLOOR_RATIO, "{:.2f}",
+        judged(f"spawn mode / C floor: the median of {len(ratios)} rounds", ratios, TARGET_FLOOR_RATIO, 2, "",
                format(TARGET_FLOOR_RATIO, "g"))
         print(f"  {'    the round nearest the median: C floor, spawn mode':58}{floor.rate:>6.0f}, {b.rate:.0f} /s")
     else:
@@ -543,12 +543,15 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
               f"({b_thread.cpu_us:.0f} us CPU/task; native runner: {b.cpu_us - b_thread.cpu_us:+.0f} us)")
     ceiling(floor, b)
     cpu_us = statistics.median(r.b.cpu_us for r in rounds)
-    print(f"  {'worker CPU per task, children excluded (d), median':58}{cpu_us:>10.0f} us  "
+    print(f"  {'worker CPU per task, children excluded (d), median':58}"
+          f"{cpu_us:>10.{places(cpu_us, TARGET_CPU_US, 0)}f} us  "
           f"{'<= ' + format(TARGET_CPU_US, 'g') + ' us':>10}  {verdict(cpu_us <= TARGET_CPU_US)}")
     lags = [r.b.lag_p99_ms for r in rounds if r.b.lag_p99_ms is not None]
     if lags:
-        print(f"  {'event loop lag p99 under full load, the worst round':58}{max(lags):>10.1f} ms  "
-              f"{'<= ' + format(TARGET_LAG_P99_MS, 'g') + ' ms':>10}  {verdict(max(lags) <= TARGET_LAG_P99_MS)}")
+        worst = max(lags)
+        print(f"  {'event loop lag p99 under full load, the worst round':58}"
+              f"{worst:>10.{places(worst, TARGET_LAG_P99_MS, 1)}f} ms  "
+              f"{'<= ' + format(TARGET_LAG_P99_MS, 'g') + ' ms':>10}  {verdict(worst <= TARGET_LAG_P99_MS)}")
     kept_rounds = [r for r in rounds if r.kept is not None]
     if kept_rounds:
         ratios = [r.kept_ratio for r in kept_rounds]
@@ -557,7 +560,7 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
         print(f"  {f'the rounds: persistent ({kept.count} messages) / spawn mode':58}"
               f"{', '.join(f'{r.kept.rate:.0f} / {r.b.rate:.0f}' for r in kept_rounds)}  /s")
         judged(f"persistent / spawn mode: the median of {len(ratios)} rounds", ratios, TARGET_PERSISTENT_RATIO,
-               "{:.1f}x", f"{TARGET_PERSISTENT_RATIO:g}x")
+               1, "x", f"{TARGET_PERSISTENT_RATIO:g}x")
         print(f"  {'    the round nearest the median: persistent, spawn mode':58}{kept.rate:>6.0f}, {spawned.rate:.0f} /s")
         print(f"  {'    worker CPU per task, persistent mode':58}{kept.cpu_us:>10.0f} us")
         persistent_ceiling(kept, spawned)

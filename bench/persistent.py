@@ -63,7 +63,7 @@ from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.logging import configure_logging  # noqa: E402
 from knarr.sources.kafka import KafkaSource  # noqa: E402
 from python_floor import RESULT as FLOOR_RESULT  # noqa: E402
-from rounds import host_pace, judged, nearest_median, pace_text, verdict  # noqa: E402
+from rounds import host_pace, judged, nearest_median, pace_text, places, verdict  # noqa: E402
 
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
 
@@ -333,8 +333,9 @@ def report(figures: dict) -> None:
     if figures["programs_cpu_seconds"] is not None:
         print(f"  {'    the programs themselves, per task':44}{'':>10}"
               f"{figures['programs_cpu_seconds'] / kept.count * 1e6:>15.0f} us")
-    print(f"  {'persistent / spawn':44}{figures['ratio']:>9.1f}x   target >= {TARGET_RATIO:g}x  "
-          f"{verdict(figures['ratio'] >= TARGET_RATIO)}")
+    ratio = figures["ratio"]
+    print(f"  {'persistent / spawn':44}{ratio:>9.{places(ratio, TARGET_RATIO, 1)}f}x   target >= {TARGET_RATIO:g}x  "
+          f"{verdict(ratio >= TARGET_RATIO)}")
     print(f"      ({spawn.count} tasks in {spawn.seconds:.2f}s spawned; {kept.count} in {kept.seconds:.2f}s persistent)")
     persistent_ceiling(kept, spawn)
     report_floor(figures["python_floor"], kept, spawn)
@@ -388,7 +389,7 @@ def report_workers(rounds: list[dict[str, Figure]], one: dict, workers: int) -> 
           f"max_executors, {len(rounds)} rounds, load average {os.getloadavg()[0]:.2f}")
     print(f"  {'the rounds: persistent / spawn mode, tasks/s':50}"
           + ", ".join(f"{r['persistent'].rate:.0f} / {r['spawn'].rate:.0f}" for r in rounds))
-    judged(f"persistent / spawn, {workers} workers each, median", ratios, TARGET_RATIO, "{:.1f}x",
+    judged(f"persistent / spawn, {workers} workers each, median", ratios, TARGET_RATIO, 1, "x",
            f"{TARGET_RATIO:g}x", width=50)
     print("  the round nearest the median:")
     print(f"  {'mode':44}{'tasks/s':>10}{'worker CPU/task':>18}{'vs one worker':>15}{'machine busy':>14}")

@@ -40,7 +40,7 @@ from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from engine import BINARY, TimedSource, TrueHandler, cpu_self, prefill  # noqa: E402  (make bench's workload and clock)
-from rounds import median_interval, verdict  # noqa: E402
+from rounds import median_interval, places, verdict  # noqa: E402
 
 TARGET_COST_PERCENT = 5.0
 MESSAGES = 8_000
@@ -127,7 +127,7 @@ class RecorderOverhead:
         lines.append(f"  pairs' costs, sorted: {shown} %   (runs of one side spread "
                      f"{self.spread_percent:.0f} % on this machine)")
         low, high = self.interval()
-        lines.append(f"  cost: {self.cost_percent:+.1f} % throughput (median of the pairs; 95 % bootstrap interval "
+        lines.append(f"  cost: {self.cost_percent:+.{places(self.cost_percent, TARGET_COST_PERCENT, 1)}f} % throughput (median of the pairs; 95 % bootstrap interval "
                      f"{low:+.1f} to {high:+.1f} %), {self.cpu_cost_us:+.1f} us worker CPU/task   "
                      f"target <= {TARGET_COST_PERCENT:.0f} %   {verdict(self.ok)}")
         if self.record_us:

@@ -36,15 +36,30 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def judged(label: str, values: Sequence[float], target: float, shape: str, target_text: str,
+def places(value: float, target: float, fewest: int, most: int = 4) -> int:
+    """Decimal places to print ``value`` with beside its verdict: ``fewest``, or more while it would
+    read as the target itself without being it (a cost of 5.04 % printed "5.0" beside a MISS of
+    its 5 % target, a ratio of 0.897 printed "0.90" beside a MISS of 0.9)."""
+    while fewest < most and value != target and round(value, fewest) == round(target, fewest):
+        fewest += 1
+    return fewest
+
+
+def judged(label: str, values: Sequence[float], target: float, decimals: int, unit: str, target_text: str,
            width: int = 58) -> None:
     """A ratio's verdict from its rounds, printed: the median against ``target`` (at least), then the
-    rounds' values sorted and where the median lies with 95 % confidence. ``shape`` formats a value."""
+    rounds' values sorted and where the median lies with 95 % confidence; each value with ``decimals``
+    places (the median with more when it would read as the target: ``places``) and ``unit``."""
     middle = statistics.median(values)
     low, high = median_interval(values)
-    print(f"  {label:{width}}{shape.format(middle):>14}  {'>= ' + target_text:>10}  {verdict(middle >= target)}")
+
+    def shown(value: float, decimals: int = decimals) -> str:
+        return f"{value:.{decimals}f}{unit}"
+
+    print(f"  {label:{width}}{shown(middle, places(middle, target, decimals)):>14}  {'>= ' + target_text:>10}  "
+          f"{verdict(middle >= target)}")
     print(f"  {'    the rounds, sorted (the median: 95 % between)':{width}}"
-          f"{', '.join(shape.format(v) for v in sorted(values))}  ({shape.format(low)} to {shape.format(high)})")
+          f"{', '.join(shown(v) for v in sorted(values))}  ({shown(low)} to {shown(high)})")
 
 
 def host_pace(samples: int = 5) -> list[float]:
