@@ -127,7 +127,8 @@ class RecorderOverhead:
         lines.append(f"  pairs' costs, sorted: {shown} %   (runs of one side spread "
                      f"{self.spread_percent:.0f} % on this machine)")
         low, high = self.interval()
-        lines.append(f"  cost: {self.cost_percent:+.{places(self.cost_percent, TARGET_COST_PERCENT, 1)}f} % throughput (median of the pairs; 95 % bootstrap interval "
+        median_cost = f"{self.cost_percent:+.{places(self.cost_percent, TARGET_COST_PERCENT, 1)}f}"
+        lines.append(f"  cost: {median_cost} % throughput (median of the pairs; 95 % bootstrap interval "
                      f"{low:+.1f} to {high:+.1f} %), {self.cpu_cost_us:+.1f} us worker CPU/task   "
                      f"target <= {TARGET_COST_PERCENT:.0f} %   {verdict(self.ok)}")
         if self.record_us:
