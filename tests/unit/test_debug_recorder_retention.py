@@ -13,8 +13,8 @@ from pathlib import Path
 
 from knarr.config.models import DebugConfig
 from knarr.debug import recorder as recorder_module
-from knarr.debug.files import recorder_files
-from knarr.debug.recorder import FILE_MIN_EVENTS, FlightRecorder, file_stamp, stamp_of
+from knarr.debug.files import file_stamp, recorder_files, stamp_of
+from knarr.debug.recorder import FILE_MIN_EVENTS, FlightRecorder
 
 
 def file_recorder(db_dir: Path, **settings) -> FlightRecorder:

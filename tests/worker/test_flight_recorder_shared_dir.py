@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from knarr.debug.recorder import file_prefix
+from knarr.debug.files import file_prefix
 from tests.services.kafka import committed_offsets, create_topic, end_offsets, produce_json, unique_name
 from tests.worker.procs import WorkerFleet, WorkerProcess, WorkerSpec, caught_up, free_port, wait_until
 

@@ -1,4 +1,4 @@
-"""Finding recorder databases on disk and reading several as one.
+"""Naming recorder databases, finding them on disk and reading several as one.
 
 A worker's files are ``knarr-recorder-<worker>-<time>.db``; the ``-live.db`` link points at
 the current one and is never listed itself. :func:`merged_connection` attaches files read-only
@@ -8,8 +8,11 @@ queries (``queries.py``) run unchanged over one file, a worker's history or a wh
 
 from __future__ import annotations
 
+import calendar
 import contextlib
+import re
 import sqlite3
+import time
 from pathlib import Path
 
 from knarr.debug import schema
@@ -17,6 +20,30 @@ from knarr.debug import schema
 PREFIX = "knarr-recorder-"
 MAX_ATTACHED = 10  # SQLite's default limit of attached databases
 TABLES = ("events", "worker_config", "worker_state")
+
+
+def file_prefix(worker: str) -> str:
+    """What every file of this worker's name begins with (a worker name may hold any character)."""
+    return f"{PREFIX}{re.sub(r'[^A-Za-z0-9_.-]', '_', worker)}-"
+
+
+def file_stamp(unix_us: int) -> str:
+    """The time in a file's name, UTC to the microsecond (20260126T093005123456), from one clock reading:
+    the names sort in the order of the times."""
+    seconds, micros = divmod(unix_us, 1_000_000)
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds)) + f"{micros:06d}"
+
+
+def stamp_of(path: Path) -> int:
+    """The time in a recorder file's name (file_stamp's), in microseconds since the epoch; 0 if it has none."""
+    text = path.name.rsplit("-", 1)[-1].removesuffix(".db")
+    if len(text) != 21 or text[8] != "T" or not (text[:8] + text[9:]).isdigit():
+        return 0
+    try:
+        seconds = calendar.timegm(time.strptime(text[:15], "%Y%m%dT%H%M%S"))
+    except ValueError:
+        return 0
+    return seconds * 1_000_000 + int(text[15:])
 
 
 def all_files(db_dir: str) -> list[Path]:
@@ -30,8 +57,6 @@ def all_files(db_dir: str) -> list[Path]:
 
 def recorder_files(db_dir: str, worker: str) -> list[Path]:
     """This worker's database files, oldest first (the current one last)."""
-    from knarr.debug.recorder import file_prefix
-
     prefix = file_prefix(worker)
     return [p for p in all_files(db_dir) if p.name.startswith(prefix) and p.name[len(prefix):-3].isalnum()]
 

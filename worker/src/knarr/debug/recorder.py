@@ -22,11 +22,9 @@ over, walking them every time (about 5 µs per task in ``make bench-recorder``).
 from __future__ import annotations
 
 import asyncio
-import calendar
 import contextlib
 import heapq
 import os
-import re
 import sqlite3
 import time
 from collections import deque
@@ -37,7 +35,7 @@ from typing import Any
 
 from knarr.config.models import DebugConfig
 from knarr.debug import schema
-from knarr.debug.files import merged_connection, recorder_files
+from knarr.debug.files import file_prefix, file_stamp, merged_connection, recorder_files, stamp_of
 from knarr.engine.stopping import wait_event
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
@@ -414,29 +412,6 @@ class FlightRecorder:
     def describe(self) -> dict[str, Any]:
         return {"events": self._next_id - self._first_id, "stored": self.stored, "buffered": len(self._buffer) // WIDTH,
                 "dropped": self.dropped, "db_path": self.db_path}
-
-
-def file_prefix(worker: str) -> str:
-    return f"knarr-recorder-{re.sub(r'[^A-Za-z0-9_.-]', '_', worker)}-"
-
-
-def file_stamp(unix_us: int) -> str:
-    """The time in a file's name, UTC to the microsecond (20260126T093005123456), from one clock reading:
-    the names sort in the order of the times."""
-    seconds, micros = divmod(unix_us, 1_000_000)
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds)) + f"{micros:06d}"
-
-
-def stamp_of(path: Path) -> int:
-    """The time in a recorder file's name (file_stamp's), in microseconds since the epoch; 0 if it has none."""
-    text = path.name.rsplit("-", 1)[-1].removesuffix(".db")
-    if len(text) != 21 or text[8] != "T" or not (text[:8] + text[9:]).isdigit():
-        return 0
-    try:
-        seconds = calendar.timegm(time.strptime(text[:15], "%Y%m%dT%H%M%S"))
-    except ValueError:
-        return 0
-    return seconds * 1_000_000 + int(text[15:])
 
 
 def _last_id_and_count(path: Path) -> tuple[int, int]:
