@@ -12,7 +12,8 @@ import uuid
 
 import pytest
 from knarr.engine import native, processes
-from knarr.engine.processes import launch_problem, seal_inherited_fds
+from knarr.engine.containment import seal_inherited_fds
+from knarr.engine.processes import launch_problem
 
 from tests.worker.harness import BEHAVE
 from tests.worker.procs import alive_with, stdout_memfd_sizes

@@ -118,6 +118,25 @@ def stat_fields(stat: str) -> tuple[str, int, int]:
 
 
 # --- the process-wide set-up ----------------------------------------------------------------------
+def seal_inherited_fds() -> None:
+    """Prepare this process for spawning tasks: children must inherit only stdin/out/err.
+
+    posix_spawn does not close descriptors the way ``close_fds=True`` does, and everything
+    this process opens is close-on-exec already (Python and librdkafka both ask for it) —
+    but descriptors inherited from whoever started the worker are not. Mark them once.
+    """
+    try:
+        fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass  # the listing's own descriptor, already closed
+
+
 @contextlib.contextmanager
 def contain_tasks(use_cgroup: bool = True) -> Iterator[Containment]:
     """Set up the subreaper, the cgroup and the guard for this process; on the way out, kill what tasks left."""
@@ -125,10 +144,7 @@ def contain_tasks(use_cgroup: bool = True) -> Iterator[Containment]:
     tag = secrets.token_hex(12)
     subreaper = _become_subreaper()
     cgroup, note = _make_own_cgroup() if use_cgroup else (None, "off (executor.task_cgroup)")
-    # Nothing this process inherited may reach the guard (or, later, a task).
-    from knarr.engine.processes import seal_inherited_fds
-
-    seal_inherited_fds()
+    seal_inherited_fds()  # nothing this process inherited may reach the guard (or, later, a task)
     guard_pid = _start_guard(cgroup, tag)  # before moving in: the guard must stay out of the cgroup it kills
     if cgroup is not None:
         cgroup, note = _move_into(cgroup)

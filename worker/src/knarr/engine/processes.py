@@ -66,25 +66,6 @@ class ProcessOutcome:
     expired: bool = False  # its expires_at passed while it waited (the native runner's held queue, a program that could not start): never started
 
 
-def seal_inherited_fds() -> None:
-    """Prepare this process for spawning tasks: children must inherit only stdin/out/err.
-
-    posix_spawn does not close descriptors the way ``close_fds=True`` does, and everything
-    this process opens is close-on-exec already (Python and librdkafka both ask for it) —
-    but descriptors inherited from whoever started the worker are not. Mark them once.
-    """
-    try:
-        fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
-    except OSError:
-        return
-    for fd in fds:
-        if fd > 2:
-            try:
-                os.set_inheritable(fd, False)
-            except OSError:
-                pass  # the listing's own descriptor, already closed
-
-
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)

@@ -22,10 +22,10 @@ from knarr.config.librdkafka import ConsumerSettingsError, check_consumer_settin
 from knarr.config.loading import ConfigError
 from knarr.config.root import KnarrConfig
 from knarr.engine.backpressure import Flow, Watermarks, decide_flow, held_load, hold_ends
+from knarr.engine.containment import seal_inherited_fds
 from knarr.engine.execution import TaskExecutor
 from knarr.engine.hooks import call_hook
 from knarr.engine.periodic import run_periodic
-from knarr.engine.processes import seal_inherited_fds
 from knarr.engine.processor import PartitionProcessor
 from knarr.engine.scheduling import SlotScheduler
 from knarr.engine.stats import RunStats
