@@ -155,7 +155,7 @@ def report(mode: str, sizes: tuple[int, int], counts: dict[str, list[float]], to
 def _counted_run(spec: dict) -> int:
     """The child: one traced run of the echo workload, its counts on stdout."""
     import persistent
-    from engine import prefill
+    from workload import prefill
 
     from knarr.engine import event_loop
 

@@ -9,7 +9,7 @@ one Kafka output per message, default settings:
   - the worker's CPU per task, children excluded (d below)                  target <= 150 us
   - the event loop's lag p99 under that full load (the worker's own probe, every 10 ms)
                                                                              target <= 5 ms
-  - persistent mode on the same workload (bench/persistent.py), when that bench is present, over 5
+  - persistent mode on the same workload (bench/persistent.py), over 5
     times the messages (--persistent-messages), so that its run lasts about as long as spawn mode's; and
     once more held to spawn mode's rate (each task waits in its program): what the event loop's
     bookkeeping costs per task at that pace, without a single spawn; and persistent mode's floor in
@@ -59,12 +59,8 @@ import cProfile
 import io
 import os
 import pstats
-import resource
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -72,111 +68,27 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # for tests.services.kafka (broker start and topic helpers)
-sys.path.insert(0, str(REPO_ROOT / "bench"))  # for persistent.py and recorder.py, the rows of the other modes
+sys.path.insert(0, str(REPO_ROOT / "bench"))  # for the modules below, shared with the other benches
 
-import knarr  # noqa: E402
-from knarr.config.loading import config_from_dict  # noqa: E402
-from knarr.config.models import ExecutorConfig  # noqa: E402
+import persistent  # noqa: E402
+from ceilings import ceiling, persistent_ceiling  # noqa: E402
+from clocks import cpu_self  # noqa: E402
 from knarr.engine import event_loop, native  # noqa: E402
-from knarr.engine.environment import task_environment  # noqa: E402
 from knarr.engine.processes import run_process  # noqa: E402
-from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.loop_lag import LoopLagProbe  # noqa: E402
-from knarr.sources.kafka import KafkaSource  # noqa: E402
+from recorder import measure_recorder_overhead  # noqa: E402
 from rounds import host_pace, judged, nearest_median, pace_text, places, verdict  # noqa: E402
+from spawn_floor import c_spawn_floor  # noqa: E402
+from workload import (BINARY, LAG_PROBE_SECONDS, PARTITIONS, TASK_ENV, WARM_UP_HELP, Figure,  # noqa: E402
+                      engine_run, prefill, warm_up)
 
-from tests.services.kafka import create_topic, end_offsets, ensure_kafka, produce_json, unique_name  # noqa: E402
+from tests.services.kafka import ensure_kafka  # noqa: E402
 
-BINARY = "/bin/echo"
-# What the engine gives each task by default (executor.env_inherit of this process's variables), and so
-# what (a) and the C floor give theirs too: all three start the same process. It matters: with LANG set
-# to a UTF-8 locale, /bin/echo loads that locale, 120-240 us more of its CPU here than with PATH alone.
-TASK_ENV = task_environment(ExecutorConfig().env_inherit, os.environ, {})
-PARTITIONS = 4
+TARGET_PERSISTENT_RATIO = persistent.TARGET_RATIO
 TARGET_FLOOR_RATIO = 0.9
-TARGET_PERSISTENT_RATIO = 10.0  # persistent mode / spawn mode (bench/persistent.py reads it too)
 TARGET_CPU_US = 150.0
 TARGET_LAG_P99_MS = 5.0
-LAG_PROBE_SECONDS = 0.01
 POLL_US = 2000  # the polling row: knarr.task's poll_seconds, 2 ms
-
-
-def cpu_self() -> float:
-    """CPU seconds (user + system) of this process, all threads, children excluded."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def cpu_children() -> float:
-    """CPU seconds of this process's children reaped so far (in spawn mode: the tasks' processes)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def stat_cpu_seconds(stat: Path) -> float:
-    """utime + stime from a /proc stat file (a process's, or one thread's under task/); children not included."""
-    fields = stat.read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_librdkafka() -> float:
-    """CPU seconds of this process's librdkafka threads (named rdk:main, rdk:broker..., rdk:queue)."""
-    total = 0.0
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            if (task / "comm").read_text().startswith("rdk:"):
-                total += stat_cpu_seconds(task / "stat")
-        except OSError:
-            continue  # the thread ended meanwhile
-    return total
-
-
-def cpu_thread() -> float:
-    """CPU seconds of the calling thread only (here: the event loop's)."""
-    usage = resource.getrusage(resource.RUSAGE_THREAD)
-    return usage.ru_utime + usage.ru_stime
-
-
-@dataclass
-class Figure:
-    count: int
-    seconds: float
-    cpu_seconds: float
-    loop_cpu_seconds: float = 0.0  # the event loop thread's share of cpu_seconds
-    kafka_cpu_seconds: float = 0.0  # librdkafka's threads' share of cpu_seconds
-    children_cpu_seconds: float = 0.0  # the processes the tasks ran in: spawned ones (reaped), or the programs
-    broker_cpu_seconds: float | None = None  # the local broker's CPU over the same interval
-    lag_samples: list[float] | None = None  # the event loop's lag, probed every LAG_PROBE_SECONDS
-
-    @property
-    def lag_p99_ms(self) -> float | None:
-        if not self.lag_samples:
-            return None
-        ordered = sorted(self.lag_samples)
-        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3
-
-    @property
-    def rate(self) -> float:
-        return self.count / self.seconds
-
-    @property
-    def cpu_us(self) -> float:
-        return self.cpu_seconds / self.count * 1e6
-
-    @property
-    def loop_us(self) -> float:
-        """The event loop thread's CPU per task."""
-        return self.loop_cpu_seconds / self.count * 1e6
-
-    @property
-    def children_us(self) -> float:
-        """The task processes' (or programs') CPU per task."""
-        return self.children_cpu_seconds / self.count * 1e6
-
-    @property
-    def broker_us(self) -> float | None:
-        """The local broker's CPU per task, or None where it was not measured (not this checkout's broker)."""
-        return None if self.broker_cpu_seconds is None else self.broker_cpu_seconds / self.count * 1e6
 
 
 # --- (a) the raw spawn path ----------------------------------------------------------------
@@ -232,235 +144,20 @@ async def asyncio_spawn_rate(count: int, concurrency: int) -> Figure:
     return Figure(count, time.perf_counter() - started, cpu_self() - cpu)
 
 
-def spawn_floor_c(binary: str, count: int, concurrency: int, env: dict[str, str]) -> tuple[float, float, float] | None:
-    """``binary`` spawned ``count`` times from C (bench/spawn_floor.c), ``concurrency`` at a time, each child with
-    the environment ``env``: the parent's CPU per spawn in microseconds, spawns per second and the children's CPU per
-    spawn; None without a C compiler."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = Path(tmp) / "spawn_floor"
-        subprocess.run([compiler, "-O2", "-o", str(exe), str(REPO_ROOT / "bench" / "spawn_floor.c")], check=True)
-        out = subprocess.run([str(exe), binary, str(count), str(concurrency)], check=True, env=env,
-                             capture_output=True, text=True).stdout.split()
-    return float(out[0]), float(out[1]), float(out[2])
-
-
-def c_spawn_floor(count: int, concurrency: int) -> Figure | None:
-    """The same spawns from C (bench/spawn_floor.c): what spawning costs a parent in any language."""
-    measured = spawn_floor_c(BINARY, count, concurrency, TASK_ENV)
-    if measured is None:
-        return None
-    cpu_us, rate, children_us = measured
-    return Figure(count, count / rate, cpu_us * count / 1e6, children_cpu_seconds=children_us * count / 1e6)
-
-
-def broker_cpu_seconds() -> float | None:
-    """CPU seconds used so far by the local broker (the JVM), if it was started from this checkout."""
-    try:
-        pid = (REPO_ROOT / ".cache" / "kafka" / "broker.pid").read_text().strip()
-        return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
-    except (OSError, IndexError):
-        return None
-
-
-# --- (b) the engine end to end -------------------------------------------------------------
-class TrueHandler(knarr.BaseHandler[None, None]):
-    """One task (BINARY, no arguments) per message; one small Kafka output per message."""
-
-    async def arrange(self, messages, pending):
-        return [knarr.ExecutorTask(source_offsets=[m.offset], metadata={"p": m.partition, "o": m.offset})
-                for m in messages]
-
-    async def on_task_complete(self, result):
-        return knarr.CollectResult(kafka=[knarr.KafkaPayload(data=result.task.metadata)])
-
-
-class TimedSource:
-    """The Kafka source, with a clock: first consumed batch -> every end offset committed (then stop)."""
-
-    def __init__(self, inner: KafkaSource, ends: dict[int, int]) -> None:
-        self.inner = inner
-        self.topic = inner.topic
-        self.ends = ends
-        self.committed: dict[int, int] = {}
-        self.first_at: float | None = None
-        self.first_cpu = self.first_loop_cpu = self.first_kafka_cpu = self.first_children_cpu = 0.0
-        self.done_at: float | None = None
-        self.done_cpu = self.done_loop_cpu = self.done_kafka_cpu = self.done_children_cpu = 0.0
-        self.first_broker = self.done_broker = None
-        self.first_lag = self.done_lag = 0
-        self.worker: Worker | None = None
-        self.events = 0  # what the flight recorder took, when it is on
-
-    async def start(self, on_assign, on_revoke) -> None:
-        await self.inner.start(on_assign, on_revoke)
-
-    async def poll(self, max_records, commits):
-        messages, done = await self.inner.poll(max_records, commits)
-        if messages and self.first_at is None:
-            self.first_at, self.first_cpu, self.first_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
-            self.first_kafka_cpu, self.first_children_cpu = cpu_librdkafka(), cpu_children()
-            self.first_broker = broker_cpu_seconds()
-            self.first_lag = self._lag_count()
-        self._committed(done)
-        return messages, done
-
-    async def commit_now(self, commits):
-        done = await self.inner.commit_now(commits)
-        self._committed(done)
-        return done
-
-    def _committed(self, done: dict[int, int]) -> None:
-        self.committed.update(done)
-        if self.done_at is None and all(self.committed.get(p, 0) >= end for p, end in self.ends.items()):
-            self.done_at, self.done_cpu, self.done_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
-            self.done_kafka_cpu, self.done_children_cpu = cpu_librdkafka(), cpu_children()
-            self.done_broker = broker_cpu_seconds()
-            self.done_lag = self._lag_count()
-            if self.worker is not None:
-                if self.worker.recorder is not None:
-                    self.events = self.worker.recorder.describe()["events"]
-                self.worker.stop()
-
-    def _lag_count(self) -> int:
-        samples = self.worker.loop_lag.samples if self.worker is not None else None
-        return len(samples) if samples is not None else 0
-
-    def lag_samples(self) -> list[float] | None:
-        samples = self.worker.loop_lag.samples if self.worker is not None else None
-        return None if samples is None else samples[self.first_lag:self.done_lag]
-
-    def set_paused(self, partitions) -> None:
-        self.inner.set_paused(partitions)
-
-    def lag(self):
-        return self.inner.lag()
-
-    @property
-    def high_watermarks(self) -> dict[int, int]:  # the debug server's overview reads these
-        return getattr(self.inner, "high_watermarks", {})
-
-    @property
-    def committed_offsets(self) -> dict[int, int]:
-        return dict(self.committed)
-
-    @property
-    def finished(self) -> bool:
-        return False
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
-def prefill(bootstrap: str, count: int) -> tuple[str, dict[int, int]]:
-    topic = unique_name("bench-engine")
-    create_topic(bootstrap, topic, PARTITIONS)
-    produce_json(bootstrap, topic, ({"i": i} for i in range(count)), key_fn=lambda r: str(r["i"]))
-    return topic, end_offsets(bootstrap, topic)
-
-
-async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_executors: int,
-                     profiler: cProfile.Profile | None = None, executor: dict | None = None) -> tuple[Figure, Worker]:
-    output = unique_name("bench-engine-out")
-    create_topic(bootstrap, output, 1)
-    config = config_from_dict({
-        "kafka": {"brokers": bootstrap, "source_topic": topic, "consumer_group": unique_name("bench-engine-g"),
-                  "session_timeout_ms": 6000, "heartbeat_interval_ms": 500},
-        "executor": {"binary_path": BINARY, "max_executors": max_executors, "task_timeout_seconds": 30,
-                     **(executor or {})},
-        "sinks": {"kafka": {"out": {"topic": output}}},
-        "metrics": {"enabled": False},
-        "logging": {"level": "WARNING", "format": "json"},
-    })
-    source = TimedSource(KafkaSource(config.kafka, config.executor, client_id="bench-engine"), ends)
-    worker = Worker(config, TrueHandler(), source=source)
-    worker.loop_lag.interval = LAG_PROBE_SECONDS
-    worker.loop_lag.samples = []
-    source.worker = worker
-    if profiler is not None:
-        profiler.enable()
-    try:
-        code = await asyncio.wait_for(worker.run(), 900)
-    finally:
-        if profiler is not None:
-            profiler.disable()
-    if code != 0 or source.first_at is None or source.done_at is None:
-        raise RuntimeError(f"engine run did not finish cleanly (exit {code}); committed {source.committed}, ends {ends}")
-    tasks = worker.stats.tasks
-    broker = None
-    if source.first_broker is not None and source.done_broker is not None:
-        broker = source.done_broker - source.first_broker
-    figure = Figure(tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
-                    source.done_loop_cpu - source.first_loop_cpu, source.done_kafka_cpu - source.first_kafka_cpu,
-                    source.done_children_cpu - source.first_children_cpu, broker_cpu_seconds=broker,
-                    lag_samples=source.lag_samples())
-    return figure, worker
-
-
-WARM_UP_RUNS = 6  # at most
-WARM_UP_SETTLED = 0.75  # the broker's CPU per task fell by less than a quarter from one run to the next
-
-
-async def warm_broker(bootstrap: str, messages: int, max_executors: int) -> list[float | None]:
-    """Untimed engine runs of ``messages`` until the local broker's CPU per task stops falling by a
-    quarter or more from one run to the next (at most WARM_UP_RUNS); its CPU per task in each run.
-
-    A broker just started is still compiling its hot paths: `make bench` right after `kafka.sh up`
-    once cost the broker 322 us per spawn-mode task, against 66 us in the next run, and after one
-    warm-up run of 4,000 messages still 208 us in its rounds, against 30 us an hour later. `make bench`
-    starts the broker when none runs, so a first run on a fresh machine is always such a run. Right
-    after a start these runs measured 353, 132 and 127 us, and the round shown after them 56 us: the
-    broker goes on warming slowly, but no longer weighs four times its steady cost. On a warm broker:
-    two runs (47, 45 us). One run where the broker is not this checkout's (no CPU to read).
-    """
-    warmed: list[float | None] = []
-    for run in range(1, WARM_UP_RUNS + 1):
-        print(f"warm-up {run}: {messages} messages through the engine, untimed ...", file=sys.stderr)
-        figure, _ = await engine_run(bootstrap, *prefill(bootstrap, messages), max_executors)
-        warmed.append(figure.broker_us)
-        if warmed[-1] is None or (len(warmed) > 1 and warmed[-1] > WARM_UP_SETTLED * warmed[-2]):
-            break
-    return warmed
-
-
-async def warm_up(bootstrap: str, messages: int, max_executors: int) -> str:
-    """warm_broker's runs of ``messages`` (none when it is 0 or less), told for a bench's header: how
-    many, of how many messages, the broker's CPU per task in each; "" when none ran."""
-    if messages <= 0:
-        return ""
-    warmed = await warm_broker(bootstrap, messages, max_executors)
-    each = ", ".join("not measured" if us is None else f"{us:.0f} us" for us in warmed)
-    return f"warm-up: {len(warmed)} untimed run(s) of {messages} messages; the broker's CPU per task in each: {each}"
-
-
-WARM_UP_HELP = ("messages of each untimed engine run before the timed ones (0: none); runs go on until the local "
-                "broker's CPU per task settles (a broker just started is still compiling its hot paths), at most 6")
-
-
 # --- report --------------------------------------------------------------------------------
 async def persistent_row(bootstrap: str, messages: int, max_executors: int, delay_us: float = 0.0,
-                         poll_us: float = 0.0) -> Figure | None:
-    """Persistent mode on the same workload, through bench/persistent.py; None where that bench is absent.
+                         poll_us: float = 0.0) -> Figure:
+    """Persistent mode on the same workload, through bench/persistent.py.
     ``delay_us``: each task first sleeps that long in its program (bench/echo_task.py --delay-us).
     ``poll_us``: the program looks for its next request that long before blocking (--poll-us)."""
-    try:
-        import persistent
-    except ImportError:
-        return None
     figure, _programs_cpu = await persistent.run_mode(bootstrap, "persistent", messages, max_executors,
                                                       delay_us=delay_us, poll_us=poll_us)
     return figure
 
 
-async def python_floor_row(bootstrap: str, messages: int, max_executors: int) -> Figure | None:
+async def python_floor_row(bootstrap: str, messages: int, max_executors: int) -> Figure:
     """Persistent mode's floor in Python on the same workload (bench/python_floor.py, through
-    bench/persistent.py); None where that bench is absent."""
-    try:
-        import persistent
-    except ImportError:
-        return None
+    bench/persistent.py)."""
     return await persistent.python_floor(bootstrap, messages, max_executors)
 
 
@@ -609,90 +306,6 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
           f"spawns: {a.count} in {a.seconds:.2f}s)")
 
 
-def ceiling(floor: Figure | None, b: Figure) -> None:
-    """What this machine's cores allow spawn mode at best, from CPU measured in this run.
-
-    The C floor spawns with nothing else running; in spawn mode every task also costs the
-    worker's CPU and the local broker's. With all cores busy, tasks/s can be at most
-    cores / (child + worker + broker CPU per task): the floor ratio cannot pass that share.
-    The child is the C floor's at first; then as it cost in (b), where the same binary, with the
-    same environment, shares the cores with the worker and the broker.
-    """
-    if floor is None or not floor.children_cpu_seconds or b.broker_cpu_seconds is None:
-        return
-    cores = os.cpu_count() or 1
-    child_us = floor.children_us
-    spawn_us = floor.cpu_us + child_us
-    broker_us = b.broker_us
-    print(f"  {'    the C floor: CPU per spawn, parent + child':58}{spawn_us:>10.0f} us  "
-          f"(busy cores: {floor.rate * spawn_us / 1e6:.2f} of {cores})")
-    print_ceilings("child", child_us, b.cpu_us, broker_us, floor.rate, "{:.2f} x the floor")
-    if b.children_cpu_seconds:
-        in_b = b.children_us
-        print(f"  {'    a task process in (b): its CPU (from C: the child above)':58}{in_b:>10.0f} us  "
-              f"({child_us:.0f} us)")
-        print_ceilings("child in (b)", in_b, b.cpu_us, broker_us, floor.rate, "{:.2f} x the floor")
-        taken_apart(b, floor, "spawn mode", "the floor")
-    loop_ceiling(b, floor.rate, "{:.2f} x the floor")
-
-
-def persistent_ceiling(kept: Figure, b: Figure) -> None:
-    """What this machine's cores allow persistent mode at best, as a multiple of spawn mode's rate (b).
-
-    The same reckoning as ``ceiling``: every task costs the program's CPU (bench/echo_task.py,
-    a Python program; its start included), the worker's and the local broker's, all on these cores.
-    """
-    if not kept.children_cpu_seconds or kept.broker_cpu_seconds is None:
-        return
-    program_us = kept.children_us
-    broker_us = kept.broker_us
-    print(f"  {'    CPU per task: the program, the local broker':58}{program_us:>7.0f}, {broker_us:.0f} us")
-    print_ceilings("program", program_us, kept.cpu_us, broker_us, b.rate, "{:.1f} x spawn mode")
-    if b.children_cpu_seconds and b.broker_cpu_seconds is not None:
-        taken_apart(kept, b, "persistent", "spawn mode")
-    loop_ceiling(kept, b.rate, "{:.1f} x spawn mode")
-
-
-def task_cpu_us(figure: Figure) -> float:
-    """All the CPU one task cost on these cores: its process (or its share of a program's), the worker
-    (or the C floor's parent) and the local broker, when it was measured."""
-    return figure.children_us + figure.cpu_us + (figure.broker_us or 0.0)
-
-
-def taken_apart(fast: Figure, slow: Figure, name: str, other: str) -> None:
-    """A ratio of two rates taken apart, exactly: tasks/s = busy cores / CPU per task, so
-    fast / slow = (slow's CPU per task / fast's) x (fast's busy cores / slow's). The first says
-    what cheaper tasks would give, the second whether the cores were kept as busy (one event loop
-    cannot fill two cores; a spawn's waits leave them idle)."""
-    fast_us, slow_us = task_cpu_us(fast), task_cpu_us(slow)
-    fast_busy, slow_busy = fast.rate * fast_us / 1e6, slow.rate * slow_us / 1e6
-    print(f"  {f'    {name} / {other}, taken apart: CPU per task, then busy cores':58}"
-          f"{slow_us / fast_us:>10.2f} x {fast_busy / slow_busy:.2f}  "
-          f"({slow_us:.0f} / {fast_us:.0f} us; {fast_busy:.2f} / {slow_busy:.2f} of {os.cpu_count() or 1} cores)")
-
-
-def loop_ceiling(figure: Figure, reference: float, against: str) -> None:
-    """The other bound: one event loop runs every task's bookkeeping, so tasks/s cannot pass
-    1 / (its CPU per task) even with cores to spare; and how busy it was over the run."""
-    if not figure.loop_cpu_seconds:
-        return
-    loop_us = figure.loop_us
-    best = 1e6 / loop_us
-    print(f"  {'    ceiling, one event loop: 1 / its CPU per task':58}{best:>10.0f} /s  = "
-          + against.format(best / reference) + f"  (busy {figure.loop_cpu_seconds / figure.seconds:.0%} of the run)")
-
-
-def print_ceilings(what: str, task_us: float, worker_us: float, broker_us: float, reference: float,
-                   against: str) -> None:
-    """The two ceilings: cores / (what + worker + broker CPU per task), and with a worker costing nothing;
-    ``against`` formats each as a multiple of ``reference`` tasks/s."""
-    cores = os.cpu_count() or 1
-    for label, worker in ((f"    ceiling, this worker: cores / ({what} + worker + broker)", worker_us),
-                          (f"    ceiling, a worker costing nothing: cores / ({what} + broker)", 0.0)):
-        best = cores * 1e6 / (task_us + worker + broker_us)
-        print(f"  {label:58}{best:>10.0f} /s  = " + against.format(best / reference))
-
-
 def profile_report(profiler: cProfile.Profile, tasks: int, top: int) -> None:
     for title, restriction in (("all functions", ()), ("knarr's own code", ("/knarr/",))):
         out = io.StringIO()
@@ -743,8 +356,7 @@ async def main() -> int:
     warmed = await warm_up(bootstrap, min(args.warm_up_messages, args.messages), args.max_executors)
     many = 0
     if not args.skip_persistent:
-        from persistent import persistent_count  # (it imports this module: not at the top)
-        many = persistent_count(args.messages, args.persistent_messages)
+        many = persistent.persistent_count(args.messages, args.persistent_messages)
 
     paces = host_pace()
     rounds = [await run_round(1, args.rounds, bootstrap, *round_topics[0], args, many)]
@@ -788,8 +400,6 @@ async def main() -> int:
 
     if args.recorder_messages:
         print("flight recorder off and on, alternating (bench/recorder.py) ...", file=sys.stderr)
-        from recorder import measure_recorder_overhead  # bench/recorder.py, runnable alone too
-
         overhead = await measure_recorder_overhead(bootstrap, args.recorder_messages, max_executors=args.max_executors)
         print("\n" + overhead.report())
 

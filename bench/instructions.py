@@ -70,7 +70,7 @@ def per_task(small: tuple[int, int], large: tuple[int, int]) -> float:
 def run_counted(mode: str, bootstrap: str, messages: int, max_executors: int, workdir: Path) -> tuple[int, int]:
     """One run of ``messages`` under callgrind: (tasks it ran, instructions it took). The traced process
     is bench/persistent.py's one-worker run, on a topic filled here, outside the count."""
-    from engine import prefill
+    from workload import prefill
     from persistent import ONE_WORKER_RESULT
 
     topic, ends = prefill(bootstrap, messages)

@@ -4,7 +4,7 @@ The workload: N messages (default 20,000) on 4 partitions of a pre-filled topic 
 message that echoes its argument -> one Kafka output per message (the echoed text) -> offsets
 committed. Spawn mode runs ``/bin/echo`` per task; persistent mode runs bench/echo_task.py (a
 Python program on the knarr.task SDK) in ``max_executors`` long-lived programs. The clock runs
-from the first consumed batch to the commit of the last offset (bench/engine.py's TimedSource),
+from the first consumed batch to the commit of the last offset (bench/workload.py's TimedSource),
 so persistent mode's figure includes starting its programs. First, untimed engine runs warm the
 broker (``--warm-up-messages``, as make bench does: one just started would weigh on the first run).
 
@@ -52,9 +52,8 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
 import knarr  # noqa: E402
-from engine import TARGET_PERSISTENT_RATIO as TARGET_RATIO  # noqa: E402
-from engine import (WARM_UP_HELP, Figure, TimedSource, cpu_self, persistent_ceiling, prefill,  # noqa: E402
-                    stat_cpu_seconds, warm_up)
+from ceilings import persistent_ceiling  # noqa: E402
+from clocks import cpu_self, stat_cpu_seconds  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.engine import event_loop  # noqa: E402
 from knarr.engine.persistent import ProgramPool  # noqa: E402
@@ -64,9 +63,11 @@ from knarr.observability.logging import configure_logging  # noqa: E402
 from knarr.sources.kafka import KafkaSource  # noqa: E402
 from python_floor import RESULT as FLOOR_RESULT  # noqa: E402
 from rounds import host_pace, judged, nearest_median, pace_text, places, verdict  # noqa: E402
+from workload import WARM_UP_HELP, Figure, TimedSource, prefill, warm_up  # noqa: E402
 
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
 
+TARGET_RATIO = 10.0  # persistent mode / spawn mode (make bench judges it too)
 SPAWN_BINARY = "/bin/echo"
 ECHO_PROGRAM = [sys.executable, str(BENCH / "echo_task.py")]
 # Persistent mode runs this many times spawn mode's messages, so that its runs last about as long

@@ -1,6 +1,6 @@
 """Where the worker's time goes on W1, sampled by py-spy: the top functions per thread.
 
-Runs bench/engine.py's end-to-end engine run (N messages -> one task each -> Kafka -> commit)
+Runs make bench's end-to-end engine run (bench/workload.py) (N messages -> one task each -> Kafka -> commit)
 in a child process under ``py-spy record --nonblocking`` (sampling without pausing the
 worker, so the run is not slowed by the profiler), then prints, for the event loop thread and
 for the spawner thread, the functions with the most samples of their own and the engine's
@@ -41,8 +41,8 @@ BENCH = Path(__file__).resolve().parent
 
 async def _run(messages: int, max_executors: int, mode: str) -> None:
     sys.path.insert(0, str(BENCH))
-    import engine
     import persistent
+    import workload
 
     from tests.services.kafka import ensure_kafka
 
@@ -50,8 +50,8 @@ async def _run(messages: int, max_executors: int, mode: str) -> None:
     if mode == "persistent":
         figure, _ = await persistent.run_mode(bootstrap, "persistent", messages, max_executors)
     else:
-        topic, ends = engine.prefill(bootstrap, messages)
-        figure, _ = await engine.engine_run(bootstrap, topic, ends, max_executors)
+        topic, ends = workload.prefill(bootstrap, messages)
+        figure, _ = await workload.engine_run(bootstrap, topic, ends, max_executors)
     print(f"  (profiled run: {figure.rate:.0f} tasks/s, {figure.cpu_us:.0f} us CPU/task, sampled: rates are lower "
           "than unprofiled)", flush=True)
 

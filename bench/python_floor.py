@@ -35,7 +35,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent / "worker" / "src"))
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from engine import broker_cpu_seconds, cpu_self, stat_cpu_seconds  # noqa: E402
+from clocks import broker_cpu_seconds, cpu_self, stat_cpu_seconds  # noqa: E402
 from knarr.engine.frames import Decoder, encode  # noqa: E402
 
 RESULT = "RESULT "

@@ -24,7 +24,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,8 +38,9 @@ from knarr.sources.kafka import KafkaSource  # noqa: E402
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
-from engine import BINARY, TimedSource, TrueHandler, cpu_self, prefill  # noqa: E402  (make bench's workload and clock)
+from clocks import cpu_self  # noqa: E402
 from rounds import median_interval, places, verdict  # noqa: E402
+from workload import BINARY, TimedSource, TrueHandler, prefill  # noqa: E402  (make bench's workload)
 
 TARGET_COST_PERCENT = 5.0
 MESSAGES = 8_000

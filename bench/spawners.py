@@ -27,7 +27,6 @@ the helper's CPU, which a worker would pay too), the loop lag p99 and the ratio 
 from __future__ import annotations
 
 import argparse
-import array
 import asyncio
 import os
 import pickle
@@ -47,7 +46,8 @@ from knarr.engine.capture import CapturedStream
 from knarr.engine.processes import run_process
 from knarr.observability.loop_lag import LoopLagProbe
 
-from engine import cpu_self, spawn_floor_c, stat_cpu_seconds  # bench/engine.py: make bench's clocks and C floor
+from clocks import cpu_self, stat_cpu_seconds  # make bench's clocks
+from spawn_floor import spawn_floor_c  # and its C floor
 
 BINARY = "/bin/true"
 ENV = {"PATH": "/usr/bin:/bin"}  # every option's children get this environment, the C floor's included

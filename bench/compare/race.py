@@ -40,15 +40,17 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # tests.services.kafka: the broker and topic helpers
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))  # bench/engine.py: make bench's reader of /proc CPU figures
+sys.path.insert(0, str(HERE.parent))  # bench/clocks.py and bench/workload.py: make bench's CPU clocks and warm-up
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition  # noqa: E402
 from knarr.kafka.clients import close_consumer, close_producer, open_consumer, open_producer, shared_admin  # noqa: E402
 
 import report  # noqa: E402
-from engine import WARM_UP_HELP, stat_cpu_seconds, warm_up  # noqa: E402
+from clocks import stat_cpu_seconds  # noqa: E402
 from rows import (ENGINES, ROWS, Figure, Limits, Row, Topics, WrongOutput, check_outputs, drakkar_config,  # noqa: E402
                   figure, handler_spec, knarr_config, message)
+from workload import WARM_UP_HELP, warm_up  # noqa: E402
+
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
 from tests.worker.procs import status_kb  # noqa: E402
 

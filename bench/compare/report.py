@@ -124,7 +124,7 @@ def render(figures: list[Figure], machine: Machine, args, seconds: float, python
     on = "; ".join(f"{ENGINE_NAMES.get(engine, engine)} on {python}" for engine, python in pythons.items())
     counts = {f.row.workload: f.messages for f in figures}
     lines = [
-        f"### make bench-compare: knarr vs Drakkar 2.4.0",
+        "### make bench-compare: knarr vs Drakkar 2.4.0",
         "",
         *table(figures),
         "",

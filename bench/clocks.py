@@ -1,0 +1,55 @@
+"""The CPU clocks the benches read: this process's (all threads, its children, one thread, librdkafka's
+threads) and the local broker's, when it was started from this checkout."""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def cpu_self() -> float:
+    """CPU seconds (user + system) of this process, all threads, children excluded."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_children() -> float:
+    """CPU seconds of this process's children reaped so far (in spawn mode: the tasks' processes)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def stat_cpu_seconds(stat: Path) -> float:
+    """utime + stime from a /proc stat file (a process's, or one thread's under task/); children not included."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_librdkafka() -> float:
+    """CPU seconds of this process's librdkafka threads (named rdk:main, rdk:broker..., rdk:queue)."""
+    total = 0.0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if (task / "comm").read_text().startswith("rdk:"):
+                total += stat_cpu_seconds(task / "stat")
+        except OSError:
+            continue  # the thread ended meanwhile
+    return total
+
+
+def cpu_thread() -> float:
+    """CPU seconds of the calling thread only (here: the event loop's)."""
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_utime + usage.ru_stime
+
+
+def broker_cpu_seconds() -> float | None:
+    """CPU seconds used so far by the local broker (the JVM), if it was started from this checkout."""
+    try:
+        pid = (REPO_ROOT / ".cache" / "kafka" / "broker.pid").read_text().strip()
+        return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
+    except (OSError, IndexError):
+        return None
