@@ -103,7 +103,7 @@ def main() -> int:
                         help="sample C frames too (uvloop, libc, the collector); py-spy then pauses the worker "
                              "for each sample, so the run is slower")
     parser.add_argument("--mode", choices=("spawn", "persistent"), default="spawn",
-                        help="spawn: a process per task (bench/engine.py); persistent: bench/persistent.py's program")
+                        help="spawn: a process per task (make bench's, bench/workload.py); persistent: bench/persistent.py's program")
     parser.add_argument("--run", action="store_true", help=argparse.SUPPRESS)  # the profiled child
     args = parser.parse_args()
     if args.run:

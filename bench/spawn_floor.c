@@ -3,7 +3,7 @@
  * parent's CPU per spawn, the rate and the children's CPU per spawn (microseconds).
  * The children get this program's environment: run it with the one the spawns it stands beside
  * give their tasks (a LANG with a UTF-8 locale, for one, costs /bin/echo its locale's loading).
- * bench/engine.py compiles and runs it for reference.
+ * bench/spawn_floor.py compiles and runs it for make bench and the spawner bench.
  *
  *   cc -O2 -o spawn_floor spawn_floor.c && ./spawn_floor /bin/true 5000 4
  */
