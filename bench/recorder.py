@@ -19,7 +19,6 @@ Target: throughput with the recorder on within 5 % of off.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import sys
@@ -30,17 +29,14 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # for tests.services.kafka (broker start and topic helpers)
 
-from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.engine import event_loop  # noqa: E402
-from knarr.engine.worker import Worker  # noqa: E402
-from knarr.sources.kafka import KafkaSource  # noqa: E402
 
-from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
+from tests.services.kafka import ensure_kafka  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from clocks import cpu_self  # noqa: E402
 from rounds import median_interval, places, verdict  # noqa: E402
-from workload import BINARY, TimedSource, TrueHandler, prefill  # noqa: E402  (make bench's workload)
+from workload import BINARY, engine_run, prefill  # noqa: E402  (make bench's workload and one run of it)
 
 TARGET_COST_PERCENT = 5.0
 MESSAGES = 8_000
@@ -155,7 +151,7 @@ def event_costs(count: int = 50_000) -> tuple[float, float]:
         for i in range(count):
             recorder.record("task_finished", 0, None, f"task-{i}", None, 1.0, data)
         record_us = (cpu_self() - started) / count * 1e6
-        batch, recorder._buffer = recorder._buffer, type(recorder._buffer)()
+        batch, recorder._buffer = recorder._buffer, recorder._new_buffer()
         started = cpu_self()
         recorder._write(batch)
         write_us = (cpu_self() - started) / count * 1e6
@@ -165,25 +161,9 @@ def event_costs(count: int = 50_000) -> tuple[float, float]:
 
 async def _run(bootstrap: str, topic: str, ends: dict[int, int], max_executors: int, recorder: bool,
                db_dir: str) -> Run:
-    output = unique_name("bench-recorder-out")
-    create_topic(bootstrap, output, 1)
-    config = config_from_dict({
-        "kafka": {"brokers": bootstrap, "source_topic": topic, "consumer_group": unique_name("bench-recorder-g"),
-                  "session_timeout_ms": 6000, "heartbeat_interval_ms": 500},
-        "executor": {"binary_path": BINARY, "max_executors": max_executors, "task_timeout_seconds": 30},
-        "sinks": {"kafka": {"out": {"topic": output}}},
-        "metrics": {"enabled": False},
-        "logging": {"level": "WARNING", "format": "json"},
-        "debug": {"enabled": recorder, "port": 0, "db_dir": db_dir},
-    })
-    source = TimedSource(KafkaSource(config.kafka, config.executor, client_id="bench-recorder"), ends)
-    worker = Worker(config, TrueHandler(), source=source)
-    source.worker = worker
-    code = await asyncio.wait_for(worker.run(), 900)
-    if code != 0 or source.first_at is None or source.done_at is None:
-        raise RuntimeError(f"run did not finish cleanly (exit {code}); committed {source.committed}, ends {ends}")
-    return Run(recorder, worker.stats.tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
-               source.events)
+    figure, _ = await engine_run(bootstrap, topic, ends, max_executors,
+                                 debug={"enabled": recorder, "port": 0, "db_dir": db_dir})
+    return Run(recorder, figure.count, figure.seconds, figure.cpu_seconds, figure.events)
 
 
 async def measure_recorder_overhead(bootstrap: str | None = None, messages: int = MESSAGES, rounds: int = ROUNDS,

@@ -46,6 +46,7 @@ class Figure:
     children_cpu_seconds: float = 0.0  # the processes the tasks ran in: spawned ones (reaped), or the programs
     broker_cpu_seconds: float | None = None  # the local broker's CPU over the same interval
     lag_samples: list[float] | None = None  # the event loop's lag, probed every LAG_PROBE_SECONDS
+    events: int = 0  # what the flight recorder took, when it was on
 
     @property
     def lag_p99_ms(self) -> float | None:
@@ -174,7 +175,10 @@ def prefill(bootstrap: str, count: int) -> tuple[str, dict[int, int]]:
 
 
 async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_executors: int,
-                     profiler: cProfile.Profile | None = None, executor: dict | None = None) -> tuple[Figure, Worker]:
+                     profiler: cProfile.Profile | None = None, executor: dict | None = None,
+                     debug: dict | None = None) -> tuple[Figure, Worker]:
+    """One worker over ``topic`` until every end offset is committed; ``executor`` and ``debug`` add to its
+    config (``debug``: the flight recorder's, off by default)."""
     output = unique_name("bench-engine-out")
     create_topic(bootstrap, output, 1)
     config = config_from_dict({
@@ -185,6 +189,7 @@ async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_execu
         "sinks": {"kafka": {"out": {"topic": output}}},
         "metrics": {"enabled": False},
         "logging": {"level": "WARNING", "format": "json"},
+        "debug": debug or {},
     })
     source = TimedSource(KafkaSource(config.kafka, config.executor, client_id="bench-engine"), ends)
     worker = Worker(config, TrueHandler(), source=source)
@@ -207,7 +212,7 @@ async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_execu
     figure = Figure(tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
                     source.done_loop_cpu - source.first_loop_cpu, source.done_kafka_cpu - source.first_kafka_cpu,
                     source.done_children_cpu - source.first_children_cpu, broker_cpu_seconds=broker,
-                    lag_samples=source.lag_samples())
+                    lag_samples=source.lag_samples(), events=source.events)
     return figure, worker
 
 
