@@ -36,7 +36,7 @@ from tests.services.kafka import ensure_kafka  # noqa: E402
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from clocks import cpu_self  # noqa: E402
 from rounds import median_interval, places, verdict  # noqa: E402
-from workload import BINARY, engine_run, prefill  # noqa: E402  (make bench's workload and one run of it)
+from workload import BINARY, Figure, engine_run, prefill  # noqa: E402  (make bench's workload and one run of it)
 
 TARGET_COST_PERCENT = 5.0
 MESSAGES = 8_000
@@ -44,20 +44,10 @@ ROUNDS = 8
 
 
 @dataclass
-class Run:
-    recorder: bool
-    tasks: int
-    seconds: float
-    cpu_seconds: float
-    events: int = 0
+class Run(Figure):
+    """One run of a pair: what make bench's workload measured, and whether the recorder was on."""
 
-    @property
-    def rate(self) -> float:
-        return self.tasks / self.seconds
-
-    @property
-    def cpu_us(self) -> float:
-        return self.cpu_seconds / self.tasks * 1e6
+    recorder: bool = False
 
 
 @dataclass
@@ -112,7 +102,7 @@ class RecorderOverhead:
     def report(self) -> str:
         pairs = self.pairs()
         on_runs = [on for _, on in pairs]
-        per_task = statistics.median(r.events / r.tasks for r in on_runs) if on_runs else 0.0
+        per_task = statistics.median(r.events / r.count for r in on_runs) if on_runs else 0.0
         lines = [f"flight recorder overhead ({self.messages} messages, one {BINARY} task each, {len(pairs)} pairs of "
                  f"runs, off and on back to back)"]
         costs = self.costs()
@@ -163,7 +153,7 @@ async def _run(bootstrap: str, topic: str, ends: dict[int, int], max_executors: 
                db_dir: str) -> Run:
     figure, _ = await engine_run(bootstrap, topic, ends, max_executors,
                                  debug={"enabled": recorder, "port": 0, "db_dir": db_dir})
-    return Run(recorder, figure.count, figure.seconds, figure.cpu_seconds, figure.events)
+    return Run(figure.count, figure.seconds, figure.cpu_seconds, events=figure.events, recorder=recorder)
 
 
 async def measure_recorder_overhead(bootstrap: str | None = None, messages: int = MESSAGES, rounds: int = ROUNDS,

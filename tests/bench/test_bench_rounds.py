@@ -55,7 +55,7 @@ def test_a_median_that_rounds_to_the_target_is_printed_with_the_places_that_show
 def test_the_recorders_cost_just_over_its_target_reads_as_over_it_beside_its_miss():
     from recorder import RecorderOverhead, Run
 
-    off, on = Run(False, 1000, 1.0, 0.1), Run(True, 1000, 1 / 0.9496, 0.12, events=6000)
+    off, on = Run(1000, 1.0, 0.1, recorder=False), Run(1000, 1 / 0.9496, 0.12, events=6000, recorder=True)
     report = RecorderOverhead(messages=1000, runs=[off, on]).report()
     cost_line = next(line for line in report.splitlines() if line.lstrip().startswith("cost:"))
     assert "cost: +5.04 % throughput" in cost_line and cost_line.endswith("MISS")
