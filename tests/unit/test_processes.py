@@ -247,12 +247,20 @@ async def test_cancelling_the_run_reaps_the_child_before_the_cancellation_return
 
 
 async def test_a_run_dropped_unfinished_kills_and_reaps_its_task():
-    """A coroutine closed mid-run (a loop torn down without cancelling it) still leaves nothing running."""
+    """A coroutine closed mid-run (a loop torn down without cancelling it) still leaves nothing running.
+
+    The process can show before the spawner thread has handed it over: then the close marks the
+    request abandoned and the thread kills and reaps the process as it finishes the spawn, a moment later.
+    """
     marker = f"36.{uuid.uuid4().int % 10**6:06d}"
     run = run_process(["sleep", marker], stdin=None, env=None, timeout=60)
     run.send(None)  # submitted; now waiting
     pids = await _running(marker)
     run.close()
+    for _ in range(200):  # gone from /proc: killed and reaped (a zombie keeps its entry)
+        if not os.path.exists(f"/proc/{pids[0]}"):
+            break
+        await asyncio.sleep(0.01)
     assert alive_with(marker) == []
     with pytest.raises(ChildProcessError):  # reaped, not left for anyone
         os.waitpid(pids[0], os.WNOHANG)
