@@ -8,7 +8,7 @@ import knarr
 import pytest
 from prometheus_client import REGISTRY
 from knarr.api.handler import BaseHandler
-from knarr.engine.hooks import defines
+from knarr.runtime.hooks import defines
 from knarr.engine.worker import Worker
 from knarr.sources.memory import MemorySource
 

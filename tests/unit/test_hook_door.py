@@ -6,7 +6,7 @@ import asyncio
 
 from prometheus_client import REGISTRY
 
-from knarr.engine.hooks import call_hook, start_hook
+from knarr.runtime.hooks import call_hook, start_hook
 from knarr.observability.logging import get_logger
 
 log = get_logger(component="test")

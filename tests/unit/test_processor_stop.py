@@ -67,7 +67,7 @@ async def test_a_stop_whose_children_all_end_at_once_says_nothing():
 
 
 async def test_a_wait_for_an_event_keeps_a_cancel_that_arrives_as_the_event_is_set():
-    from knarr.engine.stopping import wait_event
+    from knarr.runtime.stopping import wait_event
 
     async def waiting(how) -> str:
         event = asyncio.Event()

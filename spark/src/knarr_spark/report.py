@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from knarr.engine.stats import RunStats
+from knarr.runtime.stats import RunStats
 
 # What a chunk reports is what its worker counted.
 COUNTS = tuple(RunStats.__dataclass_fields__)

@@ -27,7 +27,7 @@ from redis.backoff import NoBackoff
 
 from knarr.cache.entries import CacheScope
 from knarr.config.masking import mask_value
-from knarr.engine.stopping import wait_event
+from knarr.runtime.stopping import wait_event
 from knarr.observability import metrics
 
 CLOSE_TIMEOUT = 1.0  # each of: the last writes, closing the connections (the worker gives the cache 3 s)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from knarr.engine.stats import RunStats
+from knarr.runtime.stats import RunStats
 from knarr.errors import ExitCode
 
 SHORT_MEANINGS = {

@@ -17,9 +17,9 @@ from knarr.api.tasks import ErrorAction, ExecutorError, ExecutorResult, Executor
 from knarr.api.trusted import trusted, trusted_builder
 from knarr.config.models import ExecutorConfig
 from knarr.engine import containment, native
-from knarr.engine.backoff import is_expired, retry_delay, start_time
+from knarr.runtime.backoff import is_expired, retry_delay, start_time
 from knarr.engine.environment import task_environment
-from knarr.engine.hooks import call_hook, call_sync_hook, defines
+from knarr.runtime.hooks import call_hook, call_sync_hook, defines
 from knarr.engine.ledger import Failed, Outcome, Replaced, Succeeded
 from knarr.engine.persistent import ProgramPool, program_command
 from knarr.engine.processes import ProcessOutcome, RunnerSlot, binary_problem, pidfd_problem, run_process

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 
 from knarr.api.tasks import ExecutorTask
 from knarr.config.models import ExecutorConfig, PersistentConfig
-from knarr.engine.backoff import retry_delay
+from knarr.runtime.backoff import retry_delay
 from knarr.engine.capture import decode_head
 from knarr.engine.frames import PROTOCOL_VERSION, Frame, FrameError, encode
 from knarr.engine.processes import ProcessOutcome, launch_problem

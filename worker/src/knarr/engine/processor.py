@@ -31,13 +31,13 @@ from knarr.api.tasks import ExecutorResult, ExecutorTask
 from knarr.config.models import ExecutorConfig
 from knarr.engine.direct import DirectPath
 from knarr.engine.execution import TaskExecutor, task_context, task_error
-from knarr.engine.hooks import Called, call_hook, call_sync_hook, defines
+from knarr.runtime.hooks import Called, call_hook, call_sync_hook, defines
 from knarr.engine.ledger import (
     MESSAGE_OUTCOMES, ArrangeRefused, CloseGroup, DeadLetter, Effect, Failed, FinishWindow, Group, Ledger, Outcome, Run,
     RunTask, Succeeded, Window,
 )
-from knarr.engine.stats import RunStats
-from knarr.engine.stopping import cancel_and_wait, wait_event
+from knarr.runtime.stats import RunStats
+from knarr.runtime.stopping import cancel_and_wait, wait_event
 from knarr.errors import FatalError
 from knarr.observability import events, metrics
 from knarr.observability.logging import get_logger

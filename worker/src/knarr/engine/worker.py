@@ -24,12 +24,12 @@ from knarr.config.root import KnarrConfig
 from knarr.engine.backpressure import Flow, Watermarks, decide_flow, held_load, hold_ends
 from knarr.engine.containment import seal_inherited_fds
 from knarr.engine.execution import TaskExecutor
-from knarr.engine.hooks import call_hook
+from knarr.runtime.hooks import call_hook
 from knarr.engine.periodic import run_periodic
 from knarr.engine.processor import PartitionProcessor
 from knarr.engine.scheduling import SlotScheduler
-from knarr.engine.stats import RunStats
-from knarr.engine.stopping import cancel_and_wait, wait_event
+from knarr.runtime.stats import RunStats
+from knarr.runtime.stopping import cancel_and_wait, wait_event
 from knarr.errors import ExitCode
 from knarr.kafka import settings
 from knarr.observability import metrics

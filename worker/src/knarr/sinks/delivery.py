@@ -25,10 +25,10 @@ from knarr.api.handler import BaseHandler
 from knarr.api.messages import SourceMessage
 from knarr.api.payloads import SINK_TYPES, CollectResult, DeliveryAction, DeliveryError
 from knarr.api.tasks import ExecutorError, ExecutorTask
-from knarr.engine.hooks import call_hook
-from knarr.engine.backoff import retry_delay
-from knarr.engine.stats import RunStats
-from knarr.engine.stopping import cancel_requested
+from knarr.runtime.hooks import call_hook
+from knarr.runtime.backoff import retry_delay
+from knarr.runtime.stats import RunStats
+from knarr.runtime.stopping import cancel_requested
 from knarr.errors import FatalError
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger

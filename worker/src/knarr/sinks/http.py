@@ -29,7 +29,7 @@ import httpx
 from knarr.config.masking import mask_value
 from knarr.config.models import HttpSinkConfig
 from knarr.config.root import KnarrConfig
-from knarr.engine.backoff import retry_delay
+from knarr.runtime.backoff import retry_delay
 from knarr.sinks.base import PermanentSinkError, SinkConnectError, TransientSinkError
 from knarr.sinks.progress import PayloadProgress
 
