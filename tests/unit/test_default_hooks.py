@@ -8,8 +8,8 @@ import knarr
 import pytest
 from prometheus_client import REGISTRY
 from knarr.api.handler import BaseHandler
-from knarr.runtime.hooks import defines
 from knarr.engine.worker import Worker
+from knarr.runtime.hooks import defines
 from knarr.sources.memory import MemorySource
 
 from tests.worker.harness import BEHAVE, local_config

@@ -6,8 +6,8 @@ import asyncio
 
 from prometheus_client import REGISTRY
 
-from knarr.runtime.hooks import call_hook, start_hook
 from knarr.observability.logging import get_logger
+from knarr.runtime.hooks import call_hook, start_hook
 
 log = get_logger(component="test")
 

@@ -8,11 +8,11 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from knarr.api.cache import DISABLED
 from knarr.api.groups import MessageGroup, PendingContext
 from knarr.api.messages import SourceMessage
 from knarr.api.payloads import CollectResult, DeliveryAction, DeliveryError
 from knarr.api.tasks import ErrorAction, ExecutorError, ExecutorResult, ExecutorTask
-from knarr.cache.disabled import DISABLED
 
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")

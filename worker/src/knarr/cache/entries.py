@@ -1,4 +1,4 @@
-"""What the handler cache stores: an entry (value, its JSON text, when it expires), scopes, errors.
+"""What the handler cache stores: an entry (value, its JSON text, when it expires), checked keys, TTLs and scopes.
 
 Values are JSON: the text is what SQLite and the shared tier hold, so a value that cannot be
 encoded is refused when it is set, not when another worker reads it.
@@ -6,35 +6,17 @@ encoded is refused when it is set, not when another worker reads it.
 
 from __future__ import annotations
 
-import enum
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
-from knarr.errors import KnarrError
+from knarr.api.cache import CacheError, CacheScope
 
 MAX_KEY_CHARS = 1024
 # One encoder, made once: json.dumps with any option builds a new encoder per call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-ENABLE_HINT = "set cache.enabled: true in the config (or KNARR_CACHE__ENABLED=true)"
-
-
-class CacheError(KnarrError):
-    """A handler used the cache in a way it cannot serve: the message says what and how to fix it."""
-
-
-class CacheDisabledError(CacheError):
-    """``self.cache`` was used while the cache is off."""
-
-
-class CacheScope(str, enum.Enum):
-    """Who sees an entry: this worker only, the workers of its cluster, or every worker."""
-
-    LOCAL = "local"  # memory and this worker's SQLite file
-    CLUSTER = "cluster"  # also the shared tier, under the cluster's name
-    GLOBAL = "global"  # also the shared tier, under no cluster
 
 
 @dataclass(slots=True)

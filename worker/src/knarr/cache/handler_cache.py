@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
+from knarr.api.cache import CacheScope
 from knarr.api.tasks import PrecomputedResult
-from knarr.cache.entries import CacheScope, Entry, check_key, check_scope, check_ttl, decode, encode, expiry
+from knarr.cache.entries import Entry, check_key, check_scope, check_ttl, decode, encode, expiry
 from knarr.cache.memory import MemoryTier
 from knarr.cache.store import Change, SqliteStore, db_path
 from knarr.errors import ConfigError

@@ -25,10 +25,10 @@ from redis import exceptions as rex
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from knarr.cache.entries import CacheScope
+from knarr.api.cache import CacheScope
 from knarr.config.masking import mask_value
-from knarr.runtime.stopping import wait_event
 from knarr.observability import metrics
+from knarr.runtime.stopping import wait_event
 
 CLOSE_TIMEOUT = 1.0  # each of: the last writes, closing the connections (the worker gives the cache 3 s)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from knarr.runtime.stats import RunStats
 from knarr.errors import ExitCode
+from knarr.runtime.stats import RunStats
 
 SHORT_MEANINGS = {
     ExitCode.OK: "everything was done",

@@ -36,9 +36,9 @@ from typing import Any
 from knarr.config.models import DebugConfig
 from knarr.debug import schema
 from knarr.debug.files import file_prefix, file_stamp, merged_connection, recorder_files, stamp_of
-from knarr.runtime.stopping import wait_event
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
+from knarr.runtime.stopping import wait_event
 
 log = get_logger(component="recorder")
 

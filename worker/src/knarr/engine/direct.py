@@ -38,11 +38,11 @@ from typing import Any, Protocol
 from knarr.api.handler import BaseHandler
 from knarr.api.tasks import ExecutorError, ExecutorResult
 from knarr.engine.execution import TaskExecutor, task_context
-from knarr.runtime.hooks import Called, start_hook
 from knarr.engine.ledger import Failed, Ledger, Outcome, Run, Succeeded
 from knarr.engine.native import Ended, NativeJob
 from knarr.engine.processes import ProcessOutcome, native_outcome, native_success, submit_native
 from knarr.engine.programs import Program, ProgramFailure
+from knarr.runtime.hooks import Called, start_hook
 from knarr.runtime.stats import RunStats
 from knarr.sinks.delivery import Origin, SinkManager
 

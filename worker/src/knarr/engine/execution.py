@@ -17,9 +17,7 @@ from knarr.api.tasks import ErrorAction, ExecutorError, ExecutorResult, Executor
 from knarr.api.trusted import trusted, trusted_builder
 from knarr.config.models import ExecutorConfig
 from knarr.engine import containment, native
-from knarr.runtime.backoff import is_expired, retry_delay, start_time
 from knarr.engine.environment import task_environment
-from knarr.runtime.hooks import call_hook, call_sync_hook, defines
 from knarr.engine.ledger import Failed, Outcome, Replaced, Succeeded
 from knarr.engine.persistent import ProgramPool, program_command
 from knarr.engine.processes import ProcessOutcome, RunnerSlot, binary_problem, pidfd_problem, run_process
@@ -29,6 +27,8 @@ from knarr.observability import metrics
 from knarr.observability.logging import get_logger
 from knarr.observability.task_failures import task_failures
 from knarr.observability.task_labels import TaskLabelCounter
+from knarr.runtime.backoff import is_expired, retry_delay, start_time
+from knarr.runtime.hooks import call_hook, call_sync_hook, defines
 
 log = get_logger(component="executor")
 _completed = metrics.tasks.labels("completed")

@@ -32,7 +32,6 @@ from collections.abc import Mapping
 
 from knarr.api.tasks import ExecutorTask
 from knarr.config.models import ExecutorConfig, PersistentConfig
-from knarr.runtime.backoff import retry_delay
 from knarr.engine.capture import decode_head
 from knarr.engine.frames import PROTOCOL_VERSION, Frame, FrameError, encode
 from knarr.engine.processes import ProcessOutcome, launch_problem
@@ -40,6 +39,7 @@ from knarr.engine.programs import Deadlines, Program, ProgramFailure, rss_bytes
 from knarr.errors import ConfigError
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
+from knarr.runtime.backoff import retry_delay
 
 log = get_logger(component="persistent")
 

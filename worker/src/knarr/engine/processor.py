@@ -36,11 +36,11 @@ from knarr.engine.ledger import (
     MESSAGE_OUTCOMES, ArrangeRefused, CloseGroup, DeadLetter, Effect, Failed, FinishWindow, Group, Ledger, Outcome, Run,
     RunTask, Succeeded, Window,
 )
-from knarr.runtime.stats import RunStats
-from knarr.runtime.stopping import cancel_and_wait, wait_event
 from knarr.errors import FatalError
 from knarr.observability import events, metrics
 from knarr.observability.logging import get_logger
+from knarr.runtime.stats import RunStats
+from knarr.runtime.stopping import cancel_and_wait, wait_event
 from knarr.sinks.delivery import Origin, SinkManager
 
 IDLE_WAKEUP_SECONDS = 1.0

@@ -24,12 +24,9 @@ from knarr.config.root import KnarrConfig
 from knarr.engine.backpressure import Flow, Watermarks, decide_flow, held_load, hold_ends
 from knarr.engine.containment import seal_inherited_fds
 from knarr.engine.execution import TaskExecutor
-from knarr.runtime.hooks import call_hook
 from knarr.engine.periodic import run_periodic
 from knarr.engine.processor import PartitionProcessor
 from knarr.engine.scheduling import SlotScheduler
-from knarr.runtime.stats import RunStats
-from knarr.runtime.stopping import cancel_and_wait, wait_event
 from knarr.errors import ExitCode
 from knarr.kafka import settings
 from knarr.observability import metrics
@@ -38,6 +35,9 @@ from knarr.observability.logging import configure_logging, get_logger
 from knarr.observability.loop_lag import LoopLagProbe
 from knarr.observability.ratelimit import Deduplicator
 from knarr.observability.termination import describe_error, record_exit
+from knarr.runtime.hooks import call_hook
+from knarr.runtime.stats import RunStats
+from knarr.runtime.stopping import cancel_and_wait, wait_event
 from knarr.sinks import build_sinks
 from knarr.sinks.delivery import SinkManager
 from knarr.sinks.dlq import DeadLetterQueue, FileDeadLetterQueue

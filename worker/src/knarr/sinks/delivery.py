@@ -25,13 +25,13 @@ from knarr.api.handler import BaseHandler
 from knarr.api.messages import SourceMessage
 from knarr.api.payloads import SINK_TYPES, CollectResult, DeliveryAction, DeliveryError
 from knarr.api.tasks import ExecutorError, ExecutorTask
-from knarr.runtime.hooks import call_hook
-from knarr.runtime.backoff import retry_delay
-from knarr.runtime.stats import RunStats
-from knarr.runtime.stopping import cancel_requested
 from knarr.errors import FatalError
 from knarr.observability import metrics
 from knarr.observability.logging import get_logger
+from knarr.runtime.backoff import retry_delay
+from knarr.runtime.hooks import call_hook
+from knarr.runtime.stats import RunStats
+from knarr.runtime.stopping import cancel_requested
 from knarr.sinks.base import PermanentSinkError, Sink, TransientSinkError
 from knarr.sinks.dlq import stage_of, task_record
 from knarr.sinks.resolution import resolve_sink
