@@ -32,6 +32,7 @@ import collections
 import json
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from types import CodeType, FrameType
@@ -43,7 +44,6 @@ sys.path.insert(0, str(BENCH.parent))
 
 from instructions import MODES  # noqa: E402
 
-COUNTED = "counted: "  # the child's line with its counts
 
 
 def function_name(key: CodeType | tuple[CodeType, str]) -> str:
@@ -153,7 +153,7 @@ def report(mode: str, sizes: tuple[int, int], counts: dict[str, list[float]], to
 
 
 def _counted_run(spec: dict) -> int:
-    """The child: one traced run of the echo workload, its counts on stdout."""
+    """The child: one traced run of the echo workload, its counts written to ``spec["out"]``."""
     import persistent
     from workload import prefill
 
@@ -171,21 +171,24 @@ def _counted_run(spec: dict) -> int:
         return figure.count, counter
 
     tasks, counter = event_loop.run(run())  # the loop a worker runs on (uvloop by default)
-    print(COUNTED + json.dumps({"tasks": tasks, "counts": counter.by_name()}), flush=True)
+    Path(spec["out"]).write_text(json.dumps({"tasks": tasks, "counts": counter.by_name()}))
     return 0
 
 
 def count(mode: str, bootstrap: str, messages: int, max_executors: int,
           recorder: bool = False) -> tuple[int, dict[str, list[int]]]:
     """(tasks, counts) of one traced run in a process of its own."""
-    spec = json.dumps({"mode": mode, "bootstrap": bootstrap, "messages": messages, "max_executors": max_executors,
-                       "recorder": recorder})
-    proc = subprocess.run([sys.executable, __file__, "--counted", spec], capture_output=True, text=True, timeout=1800)
-    found = [line for line in proc.stdout.splitlines() if line.startswith(COUNTED)]
-    if proc.returncode != 0 or not found:
-        raise RuntimeError(f"the traced {mode} run of {messages} messages failed (exit {proc.returncode}):\n"
-                           f"{proc.stderr[-3000:]}")
-    result = json.loads(found[-1][len(COUNTED):])
+    # A file, not stdout: a line of counts runs past 64 KiB, and what the worker's threads print can cut into it.
+    with tempfile.TemporaryDirectory(prefix="knarr-bytecodes-") as tmp:
+        out = Path(tmp) / "counts.json"
+        spec = json.dumps({"mode": mode, "bootstrap": bootstrap, "messages": messages, "max_executors": max_executors,
+                           "recorder": recorder, "out": str(out)})
+        proc = subprocess.run([sys.executable, __file__, "--counted", spec], capture_output=True, text=True,
+                              timeout=1800)
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"the traced {mode} run of {messages} messages failed (exit {proc.returncode}):\n"
+                               f"{proc.stderr[-3000:]}")
+        result = json.loads(out.read_text())
     return result["tasks"], result["counts"]
 
 
