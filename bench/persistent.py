@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -60,10 +61,9 @@ from knarr.engine.persistent import ProgramPool  # noqa: E402
 from knarr.engine.processes import run_process  # noqa: E402
 from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.logging import configure_logging  # noqa: E402
-from knarr.sources.kafka import KafkaSource  # noqa: E402
 from python_floor import RESULT as FLOOR_RESULT  # noqa: E402
 from rounds import host_pace, judged, nearest_median, pace_text, places, verdict  # noqa: E402
-from workload import WARM_UP_HELP, Figure, TimedSource, prefill, warm_up  # noqa: E402
+from workload import WARM_UP_HELP, Figure, TimedSource, engine_run, prefill, warm_up  # noqa: E402
 
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
 
@@ -200,35 +200,18 @@ async def run_worker(bootstrap: str, mode: str, topic: str, ends: dict[int, int]
 async def _run_worker(bootstrap: str, mode: str, topic: str, ends: dict[int, int], max_executors: int,
                       per_task: int, delay_us: float, poll_us: float,
                       debug: dict) -> tuple[Figure, float | None, TimedSource]:
-    output = unique_name("bench-persistent-out")
-    create_topic(bootstrap, output, 1)
-    executor = {"binary_path": SPAWN_BINARY, "max_executors": max_executors, "task_timeout_seconds": 30}
+    executor: dict = {"binary_path": SPAWN_BINARY}
     if mode == "persistent":
         executor["persistent"] = {"command": ECHO_PROGRAM + (["--delay-us", f"{delay_us:.0f}"] if delay_us else [])
                                   + (["--poll-us", f"{poll_us:.0f}"] if poll_us else [])}
-    config = config_from_dict({
-        "kafka": {"brokers": bootstrap, "source_topic": topic, "consumer_group": unique_name("bench-persistent-g"),
-                  "session_timeout_ms": 6000, "heartbeat_interval_ms": 500},
-        "executor": executor,
-        "sinks": {"kafka": {"out": {"topic": output}}},
-        "metrics": {"enabled": False},
-        "logging": {"level": "WARNING", "format": "json"},
-        "debug": debug,
-    })
-    source = TimedSource(KafkaSource(config.kafka, config.executor, client_id=f"bench-{mode}"), ends)
-    worker = MeasuredWorker(config, EchoHandler() if per_task == 1 else BatchEchoHandler(per_task), source=source)
-    source.worker = worker
-    code = await asyncio.wait_for(worker.run(), 900)
-    if code != 0 or source.first_at is None or source.done_at is None:
-        raise RuntimeError(f"{mode} run did not finish cleanly (exit {code}); committed {source.committed}, ends {ends}")
-    broker = None
-    if source.first_broker is not None and source.done_broker is not None:
-        broker = source.done_broker - source.first_broker
+    handler = EchoHandler() if per_task == 1 else BatchEchoHandler(per_task)
+    figure, worker = await engine_run(bootstrap, topic, ends, max_executors, executor=executor, debug=debug,
+                                      handler=handler, worker_type=MeasuredWorker, name=f"bench-{mode}",
+                                      lag_probe=False)
     programs_cpu = worker.programs_cpu if mode == "persistent" else None
-    figure = Figure(worker.stats.tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
-                    source.done_loop_cpu - source.first_loop_cpu, children_cpu_seconds=programs_cpu or 0.0,
-                    broker_cpu_seconds=broker)
-    return figure, programs_cpu, source
+    # The programs' CPU where spawn mode's figure has its reaped children's: each mode's task processes
+    figure = dataclasses.replace(figure, children_cpu_seconds=programs_cpu or 0.0)
+    return figure, programs_cpu, worker.source
 
 
 # --- a worker per core ------------------------------------------------------------------------

@@ -176,13 +176,18 @@ def prefill(bootstrap: str, count: int) -> tuple[str, dict[int, int]]:
 
 async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_executors: int,
                      profiler: cProfile.Profile | None = None, executor: dict | None = None,
-                     debug: dict | None = None) -> tuple[Figure, Worker]:
+                     debug: dict | None = None, handler: knarr.BaseHandler | None = None,
+                     worker_type: type[Worker] = Worker, name: str = "bench-engine",
+                     lag_probe: bool = True) -> tuple[Figure, Worker]:
     """One worker over ``topic`` until every end offset is committed; ``executor`` and ``debug`` add to its
-    config (``debug``: the flight recorder's, off by default)."""
-    output = unique_name("bench-engine-out")
+    config (``debug``: the flight recorder's, off by default). ``handler``: W1's (TrueHandler) unless
+    another is given; ``worker_type``: a Worker subclass that measures more; ``name`` prefixes the run's
+    consumer group, output topic and client id. ``lag_probe``: the loop's lag probed every
+    LAG_PROBE_SECONDS and kept in the figure (off: the worker's own probe, at its own pace, keeps nothing)."""
+    output = unique_name(f"{name}-out")
     create_topic(bootstrap, output, 1)
     config = config_from_dict({
-        "kafka": {"brokers": bootstrap, "source_topic": topic, "consumer_group": unique_name("bench-engine-g"),
+        "kafka": {"brokers": bootstrap, "source_topic": topic, "consumer_group": unique_name(f"{name}-g"),
                   "session_timeout_ms": 6000, "heartbeat_interval_ms": 500},
         "executor": {"binary_path": BINARY, "max_executors": max_executors, "task_timeout_seconds": 30,
                      **(executor or {})},
@@ -191,10 +196,11 @@ async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_execu
         "logging": {"level": "WARNING", "format": "json"},
         "debug": debug or {},
     })
-    source = TimedSource(KafkaSource(config.kafka, config.executor, client_id="bench-engine"), ends)
-    worker = Worker(config, TrueHandler(), source=source)
-    worker.loop_lag.interval = LAG_PROBE_SECONDS
-    worker.loop_lag.samples = []
+    source = TimedSource(KafkaSource(config.kafka, config.executor, client_id=name), ends)
+    worker = worker_type(config, handler or TrueHandler(), source=source)
+    if lag_probe:
+        worker.loop_lag.interval = LAG_PROBE_SECONDS
+        worker.loop_lag.samples = []
     source.worker = worker
     if profiler is not None:
         profiler.enable()
