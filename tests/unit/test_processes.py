@@ -223,12 +223,17 @@ async def test_output_written_before_the_deadline_is_kept():
 
 
 async def _running(marker: str) -> list[int]:
-    """The one process whose command line holds ``marker``, once it runs."""
+    """The one process whose command line holds ``marker``, once it runs and its run has it.
+
+    The process shows a moment before the spawner thread hands it over; a run given up in that
+    moment leaves the process to the thread, which kills and reaps it as it finishes the spawn.
+    These tests give up a run that has its process, so they wait for the hand-over too."""
     for _ in range(200):
         if pids := alive_with(marker):
             break
         await asyncio.sleep(0.01)
     assert len(pids) == 1
+    await asyncio.sleep(0.1)
     return pids
 
 
@@ -247,20 +252,12 @@ async def test_cancelling_the_run_reaps_the_child_before_the_cancellation_return
 
 
 async def test_a_run_dropped_unfinished_kills_and_reaps_its_task():
-    """A coroutine closed mid-run (a loop torn down without cancelling it) still leaves nothing running.
-
-    The process can show before the spawner thread has handed it over: then the close marks the
-    request abandoned and the thread kills and reaps the process as it finishes the spawn, a moment later.
-    """
+    """A coroutine closed mid-run (a loop torn down without cancelling it) still leaves nothing running."""
     marker = f"36.{uuid.uuid4().int % 10**6:06d}"
     run = run_process(["sleep", marker], stdin=None, env=None, timeout=60)
     run.send(None)  # submitted; now waiting
     pids = await _running(marker)
     run.close()
-    for _ in range(200):  # gone from /proc: killed and reaped (a zombie keeps its entry)
-        if not os.path.exists(f"/proc/{pids[0]}"):
-            break
-        await asyncio.sleep(0.01)
     assert alive_with(marker) == []
     with pytest.raises(ChildProcessError):  # reaped, not left for anyone
         os.waitpid(pids[0], os.WNOHANG)
