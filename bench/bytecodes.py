@@ -45,7 +45,6 @@ sys.path.insert(0, str(BENCH.parent))
 from instructions import MODES  # noqa: E402
 
 
-
 def function_name(key: CodeType | tuple[CodeType, str]) -> str:
     """``package/module.py:function:line`` for a code object: the path from the package (or the
     standard library's directory) down, so names read the same on every machine. For code compiled

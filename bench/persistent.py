@@ -41,8 +41,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,6 +61,7 @@ from knarr.engine.worker import Worker  # noqa: E402
 from knarr.observability.logging import configure_logging  # noqa: E402
 from python_floor import RESULT as FLOOR_RESULT  # noqa: E402
 from rounds import host_pace, judged, nearest_median, pace_text, places, verdict  # noqa: E402
+from spawn_floor import build_c  # noqa: E402
 from workload import WARM_UP_HELP, Figure, TimedSource, engine_run, prefill, warm_up  # noqa: E402
 
 from tests.services.kafka import create_topic, ensure_kafka, unique_name  # noqa: E402
@@ -150,11 +149,9 @@ async def executor_rates(count: int, concurrency: int) -> dict[str, Figure]:
     figures = {"spawn": await _lanes(lambda: run_process([SPAWN_BINARY, "x"], stdin=None, env=None, timeout=30),
                                      count, concurrency)}
     programs = {"persistent": ECHO_PROGRAM}
-    compiler = shutil.which("cc") or shutil.which("gcc")
     tmp = tempfile.TemporaryDirectory()
-    if compiler:
-        exe = Path(tmp.name) / "echo_task"
-        subprocess.run([compiler, "-O2", "-o", str(exe), str(BENCH.parent / "tests/programs/echo_task.c")], check=True)
+    exe = build_c(BENCH.parent / "tests/programs/echo_task.c", Path(tmp.name) / "echo_task")
+    if exe is not None:
         programs["persistent, C program"] = [str(exe)]
     task = knarr.ExecutorTask(args=["x"])
     for name, command in programs.items():
@@ -209,7 +206,7 @@ async def _run_worker(bootstrap: str, mode: str, topic: str, ends: dict[int, int
                                       handler=handler, worker_type=MeasuredWorker, name=f"bench-{mode}",
                                       lag_probe=False)
     programs_cpu = worker.programs_cpu if mode == "persistent" else None
-    # The programs' CPU where spawn mode's figure has its reaped children's: each mode's task processes
+    # Children: persistent mode's programs; none in spawn mode (this bench leaves the task processes out there)
     figure = dataclasses.replace(figure, children_cpu_seconds=programs_cpu or 0.0)
     return figure, programs_cpu, worker.source
 

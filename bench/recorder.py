@@ -152,8 +152,8 @@ def event_costs(count: int = 50_000) -> tuple[float, float]:
 async def _run(bootstrap: str, topic: str, ends: dict[int, int], max_executors: int, recorder: bool,
                db_dir: str) -> Run:
     figure, _ = await engine_run(bootstrap, topic, ends, max_executors,
-                                 debug={"enabled": recorder, "port": 0, "db_dir": db_dir})
-    return Run(figure.count, figure.seconds, figure.cpu_seconds, events=figure.events, recorder=recorder)
+                                 debug={"enabled": recorder, "port": 0, "db_dir": db_dir}, lag_probe=False)
+    return Run(**vars(figure), recorder=recorder)
 
 
 async def measure_recorder_overhead(bootstrap: str | None = None, messages: int = MESSAGES, rounds: int = ROUNDS,
