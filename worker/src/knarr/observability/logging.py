@@ -25,7 +25,9 @@ def configure_logging(level: str = "INFO", fmt: str = "json", **context: str) ->
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write per line (the text and its newline together): the lines of several worker processes
+        # sharing a stream (knarr run --processes) never run into one another.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
     structlog.contextvars.clear_contextvars()
