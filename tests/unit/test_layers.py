@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"runtime", "kafka"},  # what the engine and its adapters share; Kafka's client settings
     {"cache", "sources", "sinks"},  # the adapters
     {"engine", "dlq"},
-    {"debug", "demo", "task", "drakkar"},
+    {"debug", "demo", "task", "drakkar", "supervisor"},
     {"cli"},
 ]
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}

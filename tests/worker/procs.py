@@ -96,6 +96,7 @@ class WorkerSpec:
     heartbeat_interval_ms: int = 1_000
     log_level: str = "WARNING"
     kafka_extra: dict[str, Any] = field(default_factory=dict)
+    kafka_settings: dict[str, Any] = field(default_factory=dict)  # more keys of the kafka section
     executor_extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -116,6 +117,7 @@ class WorkerSpec:
                 "brokers": self.brokers, "source_topic": self.topic, "consumer_group": self.group,
                 "max_poll_records": self.max_poll_records, "session_timeout_ms": self.session_timeout_ms,
                 "heartbeat_interval_ms": self.heartbeat_interval_ms, "extra": self.kafka_extra,
+                **self.kafka_settings,
             },
             "executor": {
                 "binary_path": str(BEHAVE), "max_executors": self.max_executors, "window_size": self.window_size,
@@ -134,14 +136,15 @@ class WorkerSpec:
 class WorkerProcess:
     """One `knarr run` process, its probes port and its log file."""
 
-    def __init__(self, name: str, spec: WorkerSpec, workdir: Path, marker: str, handler: str = TAGGED_HANDLER) -> None:
+    def __init__(self, name: str, spec: WorkerSpec, workdir: Path, marker: str, handler: str = TAGGED_HANDLER,
+                 args: tuple[str, ...] = ()) -> None:
         self.name = name
         self.port = free_port()
         # The marker is in the config path, so the worker's own command line carries it too.
         self.config_path = workdir / f"{marker}-{name}.yaml"
         self.log_path = workdir / f"{marker}-{name}.log"
         self.config_path.write_text(yaml.safe_dump(spec.config(self.port), sort_keys=False))
-        self.argv = [str(KNARR), "run", "--config", str(self.config_path), "--handler", handler]
+        self.argv = [str(KNARR), "run", "--config", str(self.config_path), "--handler", handler, *args]
         self.env = {**os.environ, MARKER_ENV: marker, "WORKER_ID": f"{marker}-{name}", "PYTHONUNBUFFERED": "1"}
         self.proc: subprocess.Popen | None = None
 
@@ -253,8 +256,9 @@ class WorkerFleet:
         self.marker = marker
         self.workers: list[WorkerProcess] = []
 
-    def start(self, name: str, spec: WorkerSpec | None = None, handler: str = TAGGED_HANDLER) -> WorkerProcess:
-        worker = WorkerProcess(name, spec or self.spec, self.workdir, self.marker, handler)
+    def start(self, name: str, spec: WorkerSpec | None = None, handler: str = TAGGED_HANDLER,
+              args: tuple[str, ...] = ()) -> WorkerProcess:
+        worker = WorkerProcess(name, spec or self.spec, self.workdir, self.marker, handler, args)
         self.workers.append(worker.start())
         return worker
 

@@ -18,7 +18,7 @@ from knarr.errors import ExitCode, KnarrError
 def _run(args: argparse.Namespace) -> int:
     from knarr.cli.run import run_command
 
-    return run_command(args.config, args.handler, progress=args.progress)
+    return run_command(args.config, args.handler, progress=args.progress, processes=args.processes)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -59,6 +59,18 @@ def version_text() -> str:
             f"librdkafka {confluent_kafka.libversion()[0]})")
 
 
+def _processes(text: str) -> int:
+    from knarr.config.root import MAX_PROCESSES
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give 0 to {MAX_PROCESSES}") from None
+    if not 0 <= value <= MAX_PROCESSES:
+        raise argparse.ArgumentTypeError(f"{value} is out of range; give 0 (one per CPU) to {MAX_PROCESSES}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="knarr", description="Kafka -> subprocess stream processing")
     p.add_argument("--version", action="version", version=version_text())
@@ -70,6 +82,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--handler", help=handler_help)
     run.add_argument("--no-progress", dest="progress", action="store_false",
                      help="no progress bar (it only shows for the local source, on a terminal)")
+    run.add_argument("--processes", type=_processes, metavar="N",
+                     help="worker processes under one supervisor, sharing executor.max_executors (0: one per CPU "
+                          "allowed; default: the config's `processes`, 1)")
     run.set_defaults(fn=_run)
 
     check = sub.add_parser("check", help="validate a config and its handler without connecting to anything")

@@ -19,6 +19,8 @@ from knarr.observability.task_failures import task_failures
 from knarr.engine import event_loop
 from knarr.engine.containment import contain_tasks
 from knarr.engine.worker import Worker
+from knarr.supervisor.plan import members, process_count
+from knarr.supervisor.processes import available_cpus, follow_supervisor, run_supervised
 
 PROGRESS_SECONDS = 0.1
 
@@ -44,8 +46,16 @@ def load(config_path: str | None, handler_option: str | None) -> tuple[KnarrConf
     return config, handler_spec(config, handler_option)
 
 
-def run_command(config_path: str | None, handler_option: str | None, progress: bool = True) -> int:
+def run_command(config_path: str | None, handler_option: str | None, progress: bool = True,
+                processes: int | None = None) -> int:
     config, spec = load(config_path, handler_option)
+    if not follow_supervisor():
+        print("knarr run: the supervisor that started this worker process is gone; not starting", file=sys.stderr)
+        return ExitCode.OK
+    count = process_count(config, processes, available_cpus())
+    if count > 1:
+        base_name = os.environ.get(config.worker_name_env) or f"knarr-{os.getpid():x}"
+        return run_supervised(config, members(config, count, base_name), spec, config_path or os.environ.get(CONFIG_PATH_ENV))
     worker = Worker(config, load_handler_class(spec)())
     worker.hard_deadline = True  # a process of its own: a shutdown that overruns its deadline exits
     bounded = config.source.type == "local"

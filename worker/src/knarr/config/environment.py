@@ -21,7 +21,7 @@ misspelt override must:
 - any other is an error when doubling one of its ``_`` would make it an override
   (``KNARR_EXECUTOR_MAX_EXECUTORS``: did you mean ``KNARR_EXECUTOR__MAX_EXECUTORS``),
   and is otherwise not configuration and left alone;
-- ``KNARR_CONFIG``, ``KNARR_TERMINATION_LOG`` and the operator's ``KNARR_OPERATOR_*`` are
+- ``KNARR_CONFIG``, ``KNARR_TERMINATION_LOG``, ``KNARR_SUPERVISOR_PID`` and the operator's ``KNARR_OPERATOR_*`` are
   never overrides.
 """
 
@@ -40,7 +40,9 @@ ENV_DELIMITER = "__"
 CONFIG_PATH_ENV = "KNARR_CONFIG"
 # Where a failed worker writes its one-line reason for Kubernetes (knarr.observability.termination).
 TERMINATION_LOG_ENV = "KNARR_TERMINATION_LOG"
-NOT_CONFIG_ENV = frozenset({CONFIG_PATH_ENV, TERMINATION_LOG_ENV})
+# Set by a supervising `knarr run` (processes > 1) in each worker process it starts (knarr.supervisor).
+SUPERVISOR_PID_ENV = "KNARR_SUPERVISOR_PID"
+NOT_CONFIG_ENV = frozenset({CONFIG_PATH_ENV, TERMINATION_LOG_ENV, SUPERVISOR_PID_ENV})
 # The operator's own settings (KNARR_OPERATOR_RESYNC_SECONDS, ...) are not worker config keys.
 RESERVED_ENV_PREFIX = "KNARR_OPERATOR_"
 

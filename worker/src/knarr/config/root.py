@@ -22,8 +22,9 @@ from knarr.config.models import (
 from knarr.config.paths import HandlerSpec
 
 GC_THRESHOLD = 10_000  # gc_threshold's default (Python's own is 700); engine/event_loop.py says why
+MAX_PROCESSES = 256  # worker processes of one `knarr run`; knarr/supervisor says what they share
 
-__all__ = ["CONFIG_PATH_ENV", "ENV_DELIMITER", "ENV_PREFIX", "KnarrConfig", "dump_config"]
+__all__ = ["CONFIG_PATH_ENV", "ENV_DELIMITER", "ENV_PREFIX", "KnarrConfig", "dump_config", "processes_problem"]
 
 
 class KnarrConfig(Section):
@@ -61,6 +62,26 @@ class KnarrConfig(Section):
         "and 10,000) and saves CPU: 10,000 takes 6-17 us off the worker's CPU per task against 700.",
     )
 
+    processes: int = Field(
+        1, ge=0, le=MAX_PROCESSES,
+        description="Worker processes `knarr run` starts (the --processes option overrides it): each a consumer of "
+        "the same group with its own event loop, under one supervisor that serves metrics.port (every process's "
+        "metrics, labelled process=\"0\", \"1\", ...; /healthz and /readyz for all of them), passes SIGTERM/SIGINT "
+        "on, restarts a process a signal killed (the OOM killer's SIGKILL) and stops them all when one exits by "
+        "itself (its exit code and reason become the pod's). One interpreter runs one core's worth of Python: a "
+        "worker bound by its event loop (persistent executors, tiny tasks) uses a pod's cores this way without a "
+        "replica each. executor.max_executors is shared among them (each gets its part; at least one each). "
+        "0: one per CPU this process may use (its cgroup's cpu.max, else its CPU affinity). 1: one process, no "
+        "supervisor. Needs the Kafka source.",
+    )
+
+    @model_validator(mode="after")
+    def _processes_fit(self) -> KnarrConfig:
+        problem = processes_problem(self.processes, self.source.type, self.executor.max_executors)
+        if problem is not None:
+            raise ValueError(f"processes is {self.processes}: {problem}")
+        return self
+
     @model_validator(mode="after")
     def _at_least_one_sink(self) -> KnarrConfig:
         if self.sinks.is_empty:
@@ -77,6 +98,19 @@ class KnarrConfig(Section):
     @property
     def dlq_brokers(self) -> str:
         return self.dlq.brokers or self.kafka.brokers
+
+
+def processes_problem(processes: int, source_type: str, max_executors: int) -> str | None:
+    """Why ``processes`` worker processes cannot run (0 and 1 always can: 0 is counted at start), or None."""
+    if processes <= 1:
+        return None
+    if source_type != "kafka":
+        return (f"several worker processes share their partitions through a Kafka consumer group, and source.type "
+                f"is {source_type!r}; run one process (processes: 1) on the local source")
+    if processes > max_executors:
+        return (f"the processes share executor.max_executors ({max_executors}) and each needs at least one pool "
+                "slot; raise executor.max_executors or run fewer processes")
+    return None
 
 
 def dump_config(config: KnarrConfig) -> dict[str, Any]:

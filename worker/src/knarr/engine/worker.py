@@ -237,9 +237,12 @@ class Worker:
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        # SIGHUP: the supervisor of `knarr run --processes` is gone (the kernel's parent-death signal, which
+        # comes once per thread the supervisor had): a stop however often it comes, never a second signal's exit.
+        for sig, handler in ((signal.SIGTERM, self._signalled), (signal.SIGINT, self._signalled),
+                             (signal.SIGHUP, self.stop)):
             try:
-                loop.add_signal_handler(sig, self._signalled)
+                loop.add_signal_handler(sig, handler)
             except (NotImplementedError, RuntimeError):
                 pass  # not the main thread (tests): stop() is called directly
 

@@ -18,7 +18,7 @@ import errno
 import json
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -46,11 +46,13 @@ class HealthServer:
         max_connections: int = 32,
         head_timeout: float = HEAD_TIMEOUT_SECONDS,
         failure: Callable[[], str | None] = lambda: None,
+        exposition: Callable[[], Awaitable[bytes]] | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.readiness = readiness
         self.failure = failure  # a reason the worker cannot recover by itself: /healthz fails so it is restarted
+        self.exposition = exposition  # what /metrics serves; None: this process's registry
         self.max_connections = max_connections
         self.head_timeout = head_timeout
         self._server: asyncio.Server | None = None
@@ -150,7 +152,11 @@ class HealthServer:
         if headers.get("content-length", "0") not in ("", "0") or "transfer-encoding" in headers:
             metrics.probe_connections_dropped.labels("oversize").inc()
             return _json("413 Content Too Large", {"error": "this endpoint takes no request body"})
-        answer = _json(*self._route(path)) if path != "/metrics" else _response("200 OK", CONTENT_TYPE_LATEST, generate_latest())
+        if path == "/metrics":
+            body = generate_latest() if self.exposition is None else await self.exposition()
+            answer = _response("200 OK", CONTENT_TYPE_LATEST, body)
+        else:
+            answer = _json(*self._route(path))
         return answer.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n" if method == "HEAD" else answer
 
     def _route(self, path: str) -> tuple[str, dict]:

@@ -1,0 +1,219 @@
+"""`knarr run --processes N`: one supervisor, N worker processes of one consumer group, one pod's face.
+
+One scenario runs once for the module: a supervisor of two processes consumes a 4-partition
+topic; midway one process is killed with SIGKILL (as the OOM killer would) and is started again
+while the other goes on; then the supervisor gets SIGTERM. The tests check one consequence each.
+Faults that end the whole run (the supervisor killed, a process that cannot start, a process
+that stops answering) have their own runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.services.kafka import (
+    Message,
+    committed_offsets,
+    consume_all,
+    create_topic,
+    end_offsets,
+    produce_json,
+    unique_name,
+)
+from tests.worker.procs import (
+    WorkerFleet,
+    WorkerProcess,
+    WorkerSpec,
+    caught_up,
+    free_port,
+    outputs_by_kind,
+    wait_until,
+)
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 4
+MESSAGES = 800
+TASK_SLEEP_S = 0.02
+TWO = ("--processes", "2")
+
+
+def started(worker: WorkerProcess) -> list[dict]:
+    """The supervisor's "worker process started" records, in order."""
+    return [e for e in worker.log_events() if e.get("event") == "worker process started"]
+
+
+def pids_of(worker: WorkerProcess) -> dict[int, int]:
+    """The current pid of each worker process, by index."""
+    return {e["process"]: e["pid"] for e in started(worker)}
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def ready_reason(worker: WorkerProcess) -> str | None:
+    answer = worker._get("/readyz")
+    return json.loads(answer[1])["reason"] if answer and answer[0] == 200 else None
+
+
+def all_consuming(worker: WorkerProcess) -> str | None:
+    reason = ready_reason(worker)
+    return reason if reason and "0: consuming" in reason and "1: consuming" in reason else None
+
+
+@dataclass
+class SupervisedRun:
+    inputs: dict[tuple[int, int], dict] = field(default_factory=dict)
+    ready_before: str = ""
+    pids_before: dict[int, int] = field(default_factory=dict)
+    pids_after: dict[int, int] = field(default_factory=dict)
+    killed_record: dict = field(default_factory=dict)
+    ready_after: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)
+    exit_code: int | None = None
+    left_alive: list[int] = field(default_factory=list)
+    outputs: list[Message] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def supervised(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> SupervisedRun:
+    topic, output, group = unique_name("procs-in"), unique_name("procs-out"), unique_name("procs-group")
+    create_topic(kafka_bootstrap, topic, PARTITIONS)
+    create_topic(kafka_bootstrap, output, 1)
+    spec = WorkerSpec(kafka_bootstrap, topic, group, output, max_executors=4, window_size=20, max_poll_records=50,
+                      log_level="INFO")
+    run = SupervisedRun()
+
+    def committed() -> int:
+        return sum(committed_offsets(kafka_bootstrap, group, topic).values())
+
+    with WorkerFleet(spec, tmp_path_factory.mktemp("procs"), unique_name("knarrprocs")) as fleet:
+        pod = fleet.start("pod", args=TWO)
+        run.ready_before = wait_until(lambda: all_consuming(pod), 60, "both worker processes to consume")
+        run.pids_before = pids_of(pod)
+        records = [{"request_id": f"r{i}", "sleep": TASK_SLEEP_S} for i in range(MESSAGES)]
+        placed = produce_json(kafka_bootstrap, topic, records, key_fn=lambda r: r["request_id"])
+        run.inputs = dict(zip(placed, records))
+        wait_until(lambda: committed() >= 150, 60, "the first 150 messages to be committed")
+
+        os.kill(run.pids_before[0], signal.SIGKILL)
+        run.killed_record = wait_until(
+            lambda: next((e for e in pod.log_events() if e.get("event", "").startswith("worker process killed")), None),
+            30, "the supervisor to see process 0 killed")
+        wait_until(lambda: len(started(pod)) == 3, 30, "process 0 to be started again")
+        run.pids_after = pids_of(pod)
+        run.ready_after = wait_until(lambda: all_consuming(pod), 60, "both processes to consume again")
+
+        ends = end_offsets(kafka_bootstrap, topic)
+        wait_until(lambda: caught_up(committed_offsets(kafka_bootstrap, group, topic), ends), 90,
+                   "every partition to be committed to its end")
+        run.metrics = pod.metrics()
+        run.exit_code = pod.terminate()
+        time.sleep(0.5)
+        run.left_alive = [pid for pid in run.pids_after.values() if alive(pid)]
+
+    run.outputs = consume_all(kafka_bootstrap, output)
+    return run
+
+
+def test_the_processes_share_the_partitions(supervised: SupervisedRun) -> None:
+    assert "2 worker processes" in supervised.ready_before
+    assert "0: consuming 2 partition(s)" in supervised.ready_before
+    assert "1: consuming 2 partition(s)" in supervised.ready_before
+
+
+def test_every_input_offset_produces_output_across_the_kill(supervised: SupervisedRun) -> None:
+    seen = {(s["partition"], s["offset"]): s for s in outputs_by_kind(supervised.outputs, "message")}
+    missing = sorted(set(supervised.inputs) - set(seen))
+    assert not missing, f"{len(missing)} input offsets have no output, e.g. {missing[:10]}"
+    workers = {s["worker"] for s in seen.values()}
+    assert {supervised.pids_before[1], supervised.pids_after[0]} <= workers
+
+
+def test_a_killed_process_is_started_again_and_the_other_goes_on(supervised: SupervisedRun) -> None:
+    assert supervised.killed_record["process"] == 0
+    assert supervised.killed_record["signal"] == "SIGKILL"
+    assert supervised.pids_after[0] != supervised.pids_before[0]
+    assert supervised.pids_after[1] == supervised.pids_before[1]
+    assert supervised.metrics['knarr_worker_process_restarts_total{process="0"}'] == 1
+    assert supervised.metrics['knarr_worker_process_restarts_total{process="1"}'] == 0
+
+
+def test_metrics_are_one_scrape_labelled_by_process(supervised: SupervisedRun) -> None:
+    m = supervised.metrics
+    assert m['knarr_worker_processes{process="supervisor"}'] == 2
+    assert m['knarr_worker_process_up{process="0"}'] == 1 and m['knarr_worker_process_up{process="1"}'] == 1
+    completed = {p: m.get(f'knarr_tasks_total{{process="{p}",status="completed"}}', 0) for p in ("0", "1")}
+    assert completed["0"] > 0 and completed["1"] > 0
+    assert f'process_resident_memory_bytes{{process="supervisor"}}' in m
+    assert 'process_resident_memory_bytes{process="1"}' in m
+
+
+def test_sigterm_drains_every_process_and_exits_clean(supervised: SupervisedRun) -> None:
+    assert supervised.exit_code == 0
+    assert supervised.left_alive == []
+
+
+# --- faults that end the run ------------------------------------------------------------------
+
+def test_a_killed_supervisor_takes_its_processes_with_it(kafka_bootstrap: str, tmp_path: Path) -> None:
+    topic, output = unique_name("procs-orphan-in"), unique_name("procs-orphan-out")
+    create_topic(kafka_bootstrap, topic, 2)
+    create_topic(kafka_bootstrap, output, 1)
+    spec = WorkerSpec(kafka_bootstrap, topic, unique_name("procs-orphan"), output, max_executors=2, log_level="INFO")
+    with WorkerFleet(spec, tmp_path, unique_name("knarrorphan")) as fleet:
+        pod = fleet.start("pod", args=TWO)
+        wait_until(lambda: all_consuming(pod), 60, "both worker processes to consume")
+        children = list(pids_of(pod).values())
+        pod.kill()  # SIGKILL: the supervisor can pass nothing on
+        wait_until(lambda: not any(alive(pid) for pid in children), 60, "the worker processes to stop")
+        stopped = [e for e in pod.log_events() if e.get("event") == "worker stopped"]
+        assert len(stopped) == 2 and all(e["clean"] for e in stopped)  # each drained on the kernel's SIGTERM
+
+
+def test_a_process_that_exits_by_itself_stops_the_pod_with_its_reason(kafka_bootstrap: str, tmp_path: Path) -> None:
+    spec = WorkerSpec(f"127.0.0.1:{free_port()}", "nowhere", unique_name("procs-down"), "nowhere-out",
+                      max_executors=2, kafka_settings={"startup_timeout_seconds": 2})
+    termination = tmp_path / "termination-log"
+    pod = WorkerProcess("pod", spec, tmp_path, unique_name("knarrdown"), args=TWO)
+    pod.env["KNARR_TERMINATION_LOG"] = str(termination)
+    with WorkerFleet(spec, tmp_path, "unused") as fleet:
+        fleet.workers.append(pod.start())
+        assert pod.proc.wait(timeout=60) == 3  # ExitCode.UNAVAILABLE, as one worker would
+    message = termination.read_text().strip()
+    assert message.startswith("ServiceUnavailable: worker process "), message
+    assert "127.0.0.1" in message or "broker" in message.lower(), message
+
+
+def test_a_stopped_process_fails_the_pods_liveness_until_it_runs_again(kafka_bootstrap: str, tmp_path: Path) -> None:
+    topic, output = unique_name("procs-stop-in"), unique_name("procs-stop-out")
+    create_topic(kafka_bootstrap, topic, 2)
+    create_topic(kafka_bootstrap, output, 1)
+    spec = WorkerSpec(kafka_bootstrap, topic, unique_name("procs-stop"), output, max_executors=2, log_level="INFO",
+                      session_timeout_ms=60_000, heartbeat_interval_ms=1_000)
+    with WorkerFleet(spec, tmp_path, unique_name("knarrstop")) as fleet:
+        pod = fleet.start("pod", args=TWO)
+        wait_until(lambda: all_consuming(pod), 60, "both worker processes to consume")
+        assert pod._get("/healthz")[0] == 200
+        frozen = pids_of(pod)[1]
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            status, body = wait_until(lambda: (a := pod._get("/healthz")) and a[0] == 503 and a, 30,
+                                      "the pod's /healthz to fail")
+            assert json.loads(body)["failed"].startswith(f"worker process 1 (pid {frozen}): ")
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+        wait_until(lambda: (a := pod._get("/healthz")) and a[0] == 200, 30, "the pod's /healthz to pass again")
+        assert pod.terminate() == 0
