@@ -103,6 +103,14 @@ bench-persistent: setup
 	hack/kafka/kafka.sh up
 	$(UV) run python bench/persistent.py $(BENCH_ARGS)
 
+.PHONY: bench-processes
+
+# `knarr run` pods as people start them: spawn mode, persistent mode, and persistent mode with --processes N
+# (one per core by default), rates in steady state from committed offsets, in rounds (local Kafka)
+bench-processes: setup
+	hack/kafka/kafka.sh up
+	$(UV) run python bench/processes.py $(BENCH_ARGS)
+
 .PHONY: bench-spawners
 
 # Ways to start task processes off the event loop, side by side: tasks/s, CPU/task, loop lag p99, ratio to C

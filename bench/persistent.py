@@ -53,6 +53,7 @@ sys.path.insert(0, str(BENCH.parent))
 import knarr  # noqa: E402
 from ceilings import persistent_ceiling  # noqa: E402
 from clocks import cpu_self, stat_cpu_seconds  # noqa: E402
+from echo_handler import EchoHandler  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.engine import event_loop  # noqa: E402
 from knarr.engine.persistent import ProgramPool  # noqa: E402
@@ -77,16 +78,6 @@ PERSISTENT_RUN_FACTOR = 5
 def persistent_count(messages: int, given: int = 0) -> int:
     """How many messages persistent mode's runs take: ``given``, or PERSISTENT_RUN_FACTOR x spawn mode's."""
     return given or PERSISTENT_RUN_FACTOR * messages
-
-
-class EchoHandler(knarr.BaseHandler[None, None]):
-    """One echo task per message; its stdout is the message's output."""
-
-    async def arrange(self, messages, pending):
-        return [knarr.ExecutorTask(args=[f"{m.partition}:{m.offset}"], source_offsets=[m.offset]) for m in messages]
-
-    async def on_task_complete(self, result):
-        return knarr.CollectResult(kafka=[knarr.KafkaPayload(data={"echo": result.stdout})])
 
 
 class BatchEchoHandler(knarr.BaseHandler[None, None]):

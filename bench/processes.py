@@ -1,0 +1,243 @@
+"""A pod's cores: `knarr run` as people start it, in spawn mode, in persistent mode, and in persistent
+mode with ``--processes N``, on the same tiny-task workload and broker, in one run.
+
+make bench and make bench-persistent run the engine inside the bench's own process. Here each row is
+the command itself (a config file, bench/echo_handler.py:EchoHandler, the workload of
+bench/persistent.py: one echo task per message on 4 partitions, one Kafka output each), so the
+supervisor, its worker processes and Kafka's sharing of the partitions among them are all in the
+figure. Each pod starts on an empty topic and gets its messages once its /readyz says every worker
+process consumes (the group has settled, its partitions shared: a rebalance costs seconds). Its rate
+is read in steady state from the group's committed offsets: from the first look that sees RATE_FROM
+of the messages committed to the first that sees RATE_TO (the offsets are looked at every
+POLL_SECONDS), so neither start-up nor the tail weighs in. Its CPU per task is the
+knarr processes' own over that interval (the supervisor and its worker processes, read from
+/proc; the task processes and programs left out). Persistent rows run PERSISTENT_RUN_FACTOR times
+spawn mode's messages, so that the intervals last about as long.
+
+Rounds (``--rounds``) run every row once, back to back, the order alternating; each ratio is the
+median of the rounds' (bench/rounds.py), the ``--processes`` one judged against the persistent
+target (10x spawn mode's tasks/s on the same machine).
+
+    python bench/processes.py [--messages 20000] [--max-executors 4] [--processes N] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent))
+
+from clocks import stat_cpu_seconds  # noqa: E402
+from confluent_kafka import TopicPartition  # noqa: E402
+from persistent import ECHO_PROGRAM, PERSISTENT_RUN_FACTOR, SPAWN_BINARY, TARGET_RATIO  # noqa: E402
+from rounds import host_pace, judged, pace_text  # noqa: E402
+from workload import PARTITIONS, WARM_UP_HELP, warm_up  # noqa: E402
+
+from knarr.kafka import settings  # noqa: E402
+from knarr.kafka.clients import close_consumer, open_consumer  # noqa: E402
+
+from tests.services.kafka import create_topic, ensure_kafka, produce_json, unique_name  # noqa: E402
+from tests.worker.procs import free_port  # noqa: E402
+
+KNARR = Path(sys.executable).parent / "knarr"  # this environment's console script
+HANDLER = f"{BENCH / 'echo_handler.py'}:EchoHandler"
+RATE_FROM, RATE_TO = 0.1, 0.9  # the steady state: between these shares of the messages committed
+POLL_SECONDS = 0.05
+RUN_TIMEOUT_SECONDS = 900
+
+
+@dataclass(frozen=True)
+class Row:
+    """One `knarr run` of the workload: its mode and process count, and what its steady state measured."""
+
+    mode: str
+    processes: int
+    tasks: int  # committed between the two looks
+    seconds: float
+    cpu_seconds: float  # the knarr processes', over the same interval
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode}, " + ("one process" if self.processes == 1 else f"--processes {self.processes}")
+
+    @property
+    def rate(self) -> float:
+        return self.tasks / self.seconds
+
+    @property
+    def cpu_us_per_task(self) -> float:
+        return self.cpu_seconds / self.tasks * 1e6
+
+
+def pod_config(bootstrap: str, topic: str, group: str, output: str, mode: str, max_executors: int,
+               port: int) -> dict:
+    executor: dict = {"max_executors": max_executors, "task_timeout_seconds": 30}
+    if mode == "spawn":
+        executor["binary_path"] = SPAWN_BINARY
+    else:
+        executor["persistent"] = {"command": ECHO_PROGRAM}
+    return {
+        "kafka": {"brokers": bootstrap, "source_topic": topic, "consumer_group": group,
+                  "session_timeout_ms": 6000, "heartbeat_interval_ms": 500},
+        "executor": executor,
+        "sinks": {"kafka": {"out": {"topic": output}}},
+        "metrics": {"enabled": True, "host": "127.0.0.1", "port": port},
+        "logging": {"level": "WARNING", "format": "json"},
+    }
+
+
+def knarr_cpu_seconds(pid: int) -> float:
+    """CPU of ``pid`` and of its direct children that are knarr worker processes (not task processes)."""
+    total = stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
+    for thread in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children = (thread / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            try:
+                if b"knarr.cli" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    total += stat_cpu_seconds(Path(f"/proc/{child}/stat"))
+            except OSError:
+                continue
+    return total
+
+
+def settled(port: int) -> bool:
+    """The pod's /readyz says every worker process consumes partitions (one process: "consuming N
+    partition(s)"; several: "N worker processes: 0: consuming ...; 1: consuming ...")."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as answer:
+            reason = json.loads(answer.read())["reason"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError):
+        return False
+    parts = reason.split(": ", 1)[1].split("; ") if reason.endswith(")") and "worker processes" in reason else [reason]
+    return all("consuming" in part for part in parts)
+
+
+def run_pod(bootstrap: str, mode: str, messages: int, max_executors: int, processes: int) -> Row:
+    """One `knarr run` on a fresh topic: started, settled (every process consuming), then given the messages;
+    measured until RATE_TO of them are committed; then SIGTERM."""
+    topic, group, output = unique_name("bench-pod"), unique_name("bench-pod-g"), unique_name("bench-pod-out")
+    create_topic(bootstrap, topic, PARTITIONS)
+    create_topic(bootstrap, output, 1)
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    watcher = open_consumer({**settings.connection(bootstrap), "group.id": group, "enable.auto.commit": False})
+    with tempfile.TemporaryDirectory(prefix="knarr-bench-pod-") as tmp:
+        config, log = Path(tmp) / "pod.yaml", Path(tmp) / "pod.log"
+        port = free_port()
+        config.write_text(yaml.safe_dump(pod_config(bootstrap, topic, group, output, mode, max_executors, port)))
+        argv = [str(KNARR), "run", "--config", str(config), "--handler", HANDLER, "--processes", str(processes)]
+        with open(log, "wb") as out:
+            pod = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "WORKER_ID": unique_name("bench-pod")})
+        deadline = time.monotonic() + RUN_TIMEOUT_SECONDS
+
+        def check(what: str) -> None:
+            if pod.poll() is not None or time.monotonic() > deadline:
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+                ended = f"exited {pod.returncode}" if pod.returncode is not None else "timed out"
+                raise RuntimeError(f"the {mode} pod (--processes {processes}) {ended} {what}; its log:\n{tail}")
+
+        try:
+            while not settled(port):
+                check("before every worker process consumed")
+                time.sleep(POLL_SECONDS)
+            # The messages go in once the group has settled: no rebalance inside the measured interval.
+            produce_json(bootstrap, topic, ({"i": i} for i in range(messages)), key_fn=lambda r: str(r["i"]))
+            first = last = None
+            while last is None:
+                check(f"before {RATE_TO:.0%} of {messages} messages were committed")
+                committed = sum(max(0, tp.offset) for tp in watcher.committed(partitions, timeout=10))
+                look = (time.perf_counter(), committed, knarr_cpu_seconds(pod.pid))
+                if first is None and committed >= RATE_FROM * messages:
+                    first = look
+                    if committed >= RATE_TO * messages:
+                        raise RuntimeError(f"the {mode} pod had committed {committed} of {messages} messages at the "
+                                           "first look: no steady state to measure; give it more (--messages)")
+                elif first is not None and committed >= RATE_TO * messages:
+                    last = look
+                time.sleep(POLL_SECONDS)
+        finally:
+            close_consumer(watcher)
+            if pod.poll() is None:
+                pod.send_signal(signal.SIGTERM)
+                try:
+                    pod.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    pod.kill()
+                    pod.wait()
+    return Row(mode, processes, last[1] - first[1], last[0] - first[0], last[2] - first[2])
+
+
+def one_round(bootstrap: str, messages: int, max_executors: int, processes: int, reverse: bool) -> dict[str, Row]:
+    plan = [("spawn", messages, 1), ("persistent", PERSISTENT_RUN_FACTOR * messages, 1),
+            ("persistent", PERSISTENT_RUN_FACTOR * messages, processes)]
+    rows = [run_pod(bootstrap, mode, count, max_executors, n) for mode, count, n in (plan[::-1] if reverse else plan)]
+    return {row.label: row for row in rows}
+
+
+def report(rounds: list[dict[str, Row]], processes: int) -> None:
+    labels = list(rounds[0])
+    labels.sort(key=lambda label: (label.startswith("persistent"), "--processes" in label))
+    print(f"\n  {'':34}{'tasks/s':>10}{'knarr CPU/task':>16}   (each round: tasks/s)")
+    for label in labels:
+        rows = [r[label] for r in rounds]
+        middle = sorted(rows, key=lambda row: row.rate)[len(rows) // 2]
+        each = ", ".join(f"{row.rate:,.0f}" for row in rows)
+        print(f"  {label:34}{middle.rate:>10,.0f}{middle.cpu_us_per_task:>13,.0f} us   ({each})")
+    spawn = "spawn, one process"
+    print()
+    judged("persistent, one process / spawn, one process", [r["persistent, one process"].rate / r[spawn].rate
+                                                            for r in rounds], TARGET_RATIO, 1, "x",
+           f"{TARGET_RATIO:g}x")
+    judged(f"persistent, --processes {processes} / spawn, one process",
+           [r[f"persistent, --processes {processes}"].rate / r[spawn].rate for r in rounds], TARGET_RATIO, 1, "x",
+           f"{TARGET_RATIO:g}x")
+    print("  (spawn mode's task processes already use every core; one interpreter bounds persistent mode)")
+
+
+async def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--messages", type=int, default=20_000, help="spawn mode's messages per run (persistent: x5)")
+    p.add_argument("--max-executors", type=int, default=2 * (os.cpu_count() or 1))
+    p.add_argument("--processes", type=int, default=os.cpu_count() or 2, help="the --processes row's N")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--warm-up-messages", type=int, default=4_000, help=WARM_UP_HELP)
+    p.add_argument("--bootstrap", default=None, help="a running broker (default: the local one, started if needed)")
+    args = p.parse_args()
+    bootstrap = args.bootstrap or ensure_kafka()
+    header = await warm_up(bootstrap, args.warm_up_messages, args.max_executors)
+    if header:
+        print(header)
+    paces = host_pace()
+    print(f"`knarr run` pods on {os.cpu_count()} CPU(s), max_executors {args.max_executors}: spawn mode over "
+          f"{args.messages} messages, persistent over {PERSISTENT_RUN_FACTOR * args.messages}; rates between "
+          f"{RATE_FROM:.0%} and {RATE_TO:.0%} committed; {args.rounds} round(s); {pace_text(paces)}", flush=True)
+    rounds = []
+    for number in range(args.rounds):
+        print(f"round {number + 1} of {args.rounds} ...", flush=True)
+        rounds.append(one_round(bootstrap, args.messages, args.max_executors, args.processes, reverse=number % 2 == 1))
+    report(rounds, args.processes)
+    print(f"  after the rounds: {pace_text(host_pace())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,33 @@
+"""bench/processes.py runs end to end at a tiny size: `knarr run` pods in spawn mode, in persistent mode
+and in persistent mode with --processes 2, each started as the command, settled, fed and stopped.
+
+The pods report through the broker's committed offsets and their /readyz; a change to either, or to
+how `knarr run --processes` starts, must not break the bench silently. Nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROCESSES_BENCH = Path(__file__).resolve().parents[2] / "bench" / "processes.py"
+
+
+@pytest.mark.kafka
+def test_a_tiny_pod_bench_runs_every_row_and_judges_both_ratios(kafka_bootstrap):
+    proc = subprocess.run(
+        [sys.executable, str(PROCESSES_BENCH), "--messages", "1000", "--max-executors", "2", "--processes", "2",
+         "--rounds", "1", "--warm-up-messages", "0", "--bootstrap", kafka_bootstrap],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = proc.stdout
+    for label in ("spawn, one process", "persistent, one process", "persistent, --processes 2"):
+        row = re.search(rf"^  {re.escape(label)} +([\d,]+) +([\d,]+) us", table, re.MULTILINE)
+        assert row and int(row[1].replace(",", "")) > 0 and int(row[2].replace(",", "")) > 0, table
+    for ratio in ("persistent, one process / spawn, one process", "persistent, --processes 2 / spawn, one process"):
+        assert re.search(rf"^  {re.escape(ratio)} +[\d.]+x +>= 10x +(PASS|MISS)$", table, re.MULTILINE), table
