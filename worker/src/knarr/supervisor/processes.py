@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollecto
 
 from knarr.config.environment import SUPERVISOR_PID_ENV
 from knarr.config.root import KnarrConfig
-from knarr.errors import ExitCode
+from knarr.errors import ExitCode, UnavailableError
 from knarr.observability.health import STALE_AFTER_SECONDS, HealthServer
 from knarr.observability.logging import configure_logging, get_logger
 from knarr.observability.termination import Reason, reason_for_exit_code, write_termination_message
@@ -73,7 +73,12 @@ class Supervisor:
         self.command = list(command)
         self.config_path = config_path
         self.base_env = dict(os.environ if env is None else env)
-        self._dir = tempfile.mkdtemp(prefix="knarr-supervisor-")
+        try:  # each process's termination message is written here, for the pod's own
+            self._dir = tempfile.mkdtemp(prefix="knarr-supervisor-")
+        except OSError as exc:
+            raise UnavailableError(f"cannot make a directory for the worker processes' exit reasons under "
+                                   f"{tempfile.gettempdir()}: {exc.strerror or exc}; point TMPDIR at a writable "
+                                   "directory (the operator's pods have /tmp)") from None
         self.processes = [WorkerProcess(m, os.path.join(self._dir, f"process-{m.index}.termination"))
                           for m in members]
         self._stopping = False
@@ -191,9 +196,10 @@ class Supervisor:
                 reason = Reason(reason_text)
             except ValueError:
                 reason, detail = reason_for_exit_code(code), line
-            if code != ExitCode.OK:
-                write_termination_message(reason, f"worker process {p.member.index}: {detail or line or f'exit code {code}'}")
-            return code or ExitCode.FATAL  # a worker does not end by itself when nothing is wrong
+            if code == ExitCode.OK:  # a worker that is not asked to stop does not end unless something is wrong
+                code, reason, detail = ExitCode.FATAL, Reason.FATAL, "ended by itself (exit code 0) unasked"
+            write_termination_message(reason, f"worker process {p.member.index}: {detail or f'exit code {code}'}")
+            return code
         codes = [_stop_code(p.exit_code) for p in self.processes if p.exit_code is not None]
         code = next((c for c in EXIT_PRIORITY if c in codes), ExitCode.OK)
         if code != ExitCode.OK:
