@@ -92,6 +92,13 @@ def test_the_overrides_a_process_gets_are_ones_its_config_loading_accepts(tmp_pa
     assert (loaded.metrics.enabled, loaded.metrics.host, loaded.metrics.port) == (True, "127.0.0.1", 40000)
 
 
+def test_a_static_group_member_id_becomes_one_per_process():
+    cfg = config(kafka={"brokers": "127.0.0.1:9092", "extra": {"group.instance.id": "pod-7"}})
+    ids = [m.env(cfg, 1, 1, "/t", None)["KNARR_KAFKA__EXTRA__group.instance.id"] for m in members(cfg, 3, "w")]
+    assert ids == ["pod-7-0", "pod-7-1", "pod-7-2"]
+    assert not any("KAFKA__EXTRA" in key for key in members(config(), 2, "w")[0].env(config(), 1, 1, "/t", None))
+
+
 def test_debug_ports_past_the_last_port_are_refused():
     cfg = config(debug={"enabled": True, "port": 65535})
     with pytest.raises(ConfigError, match="debug.port 65535"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import time
 from dataclasses import dataclass, field
@@ -164,6 +165,58 @@ def test_metrics_are_one_scrape_labelled_by_process(supervised: SupervisedRun) -
 def test_sigterm_drains_every_process_and_exits_clean(supervised: SupervisedRun) -> None:
     assert supervised.exit_code == 0
     assert supervised.left_alive == []
+
+
+# --- faults, again and again -----------------------------------------------------------------
+
+KILLS = 10
+
+
+@pytest.mark.slow
+def test_worker_processes_killed_again_and_again_lose_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """SIGKILL a worker process KILLS times (the two in turn, at random moments, each time with work uncommitted);
+    the supervisor starts each again; every input offset still ends with a complete summary."""
+    topic, output, group = unique_name("procs-kills-in"), unique_name("procs-kills-out"), unique_name("procs-kills")
+    create_topic(kafka_bootstrap, topic, PARTITIONS)
+    create_topic(kafka_bootstrap, output, 1)
+    # Static membership (as a StatefulSet's pods have it): a process started again takes its partitions back at
+    # once instead of after the session timeout; the supervisor makes the id one per process.
+    spec = WorkerSpec(kafka_bootstrap, topic, group, output, max_executors=4, window_size=20, max_poll_records=50,
+                      log_level="INFO", session_timeout_ms=6_000, kafka_extra={"group.instance.id": unique_name("pod")})
+    records = [{"request_id": f"k{i}", "sleep": 0.02} for i in range(6_000)]
+    pick = random.Random(20261129)
+    uncommitted_at_kills = []
+
+    def uncommitted() -> int:
+        return len(records) - sum(committed_offsets(kafka_bootstrap, group, topic).values())
+
+    with WorkerFleet(spec, tmp_path, unique_name("knarrkills")) as fleet:
+        pod = fleet.start("pod", args=TWO)
+        wait_until(lambda: all_consuming(pod), 60, "both worker processes to consume")
+        placed = produce_json(kafka_bootstrap, topic, records, key_fn=lambda r: r["request_id"])
+        for kill in range(KILLS):
+            index = kill % 2
+            wait_until(lambda: (r := ready_reason(pod)) and f"{index}: consuming" in r, 90,
+                       f"process {index} to consume before kill {kill + 1}")
+            time.sleep(pick.uniform(0.3, 1.0))
+            uncommitted_at_kills.append(uncommitted())
+            starts = len(started(pod))
+            os.kill(pids_of(pod)[index], signal.SIGKILL)
+            wait_until(lambda: len(started(pod)) > starts, 60, f"process {index} to be started again")
+        ends = end_offsets(kafka_bootstrap, topic)
+        wait_until(lambda: caught_up(committed_offsets(kafka_bootstrap, group, topic), ends), 180,
+                   "every partition to be committed to its end")
+        restarts = sum(v for k, v in pod.metrics().items() if k.startswith("knarr_worker_process_restarts_total"))
+        children = list(pids_of(pod).values())
+        assert pod.terminate() == 0
+    print("uncommitted at each kill:", uncommitted_at_kills)
+    assert all(n > 0 for n in uncommitted_at_kills), uncommitted_at_kills  # every kill landed mid-work
+    assert restarts == KILLS
+    assert not any(alive(pid) for pid in children)
+    summaries = {(s["partition"], s["offset"]): s for s in outputs_by_kind(consume_all(kafka_bootstrap, output), "message")}
+    missing = sorted(set(placed) - set(summaries))
+    assert not missing, f"{len(missing)} of {len(placed)} input offsets have no summary, e.g. {missing[:10]}"
+    assert all(summaries[key]["succeeded"] == 1 for key in placed)
 
 
 # --- faults that end the run ------------------------------------------------------------------

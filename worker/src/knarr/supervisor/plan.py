@@ -9,6 +9,7 @@ from knarr.config.environment import CONFIG_PATH_ENV, ENV_PREFIX, SUPERVISOR_PID
 from knarr.config.root import KnarrConfig, processes_problem
 from knarr.errors import ConfigError
 
+STATIC_MEMBER = "group.instance.id"  # librdkafka's static group membership
 LOOPBACK = "127.0.0.1"  # a process's own probe server: only its supervisor asks it
 
 
@@ -38,6 +39,9 @@ class Member:
         }
         if config_path is not None:
             env[CONFIG_PATH_ENV] = config_path
+        static_id = config.kafka.extra.get(STATIC_MEMBER)
+        if static_id is not None:  # static membership: one id per process, or they would fence each other off
+            env[f"{ENV_PREFIX}KAFKA__EXTRA__{STATIC_MEMBER}"] = f"{static_id}-{self.index}"
         if self.max_per_partition is not None:
             env[f"{ENV_PREFIX}EXECUTOR__MAX_PER_PARTITION"] = str(self.max_per_partition)
         if self.debug_port is not None:
