@@ -209,7 +209,6 @@ def test_worker_processes_killed_again_and_again_lose_nothing(kafka_bootstrap: s
         restarts = sum(v for k, v in pod.metrics().items() if k.startswith("knarr_worker_process_restarts_total"))
         children = list(pids_of(pod).values())
         assert pod.terminate() == 0
-    print("uncommitted at each kill:", uncommitted_at_kills)
     assert all(n > 0 for n in uncommitted_at_kills), uncommitted_at_kills  # every kill landed mid-work
     assert restarts == KILLS
     assert not any(alive(pid) for pid in children)
