@@ -46,12 +46,13 @@ def fleet_view(port: int) -> dict:
 
 
 def owner(path: Path) -> str | None:
-    """The worker named in a recorder file's worker_config row (None if it went meanwhile)."""
+    """The worker named in a recorder file's worker_config row (None if it went meanwhile, or has no row yet)."""
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
-            return conn.execute("SELECT worker FROM worker_config").fetchone()[0]
+            row = conn.execute("SELECT worker FROM worker_config").fetchone()
     except sqlite3.Error:
         return None  # retention deleted it between the listing and the read
+    return row[0] if row else None  # a file just rotated in: its tables are made, its row comes next
 
 
 def files(db_dir: Path) -> list[Path]:
