@@ -19,8 +19,8 @@ from knarr.observability.task_failures import task_failures
 from knarr.engine import event_loop
 from knarr.engine.containment import contain_tasks
 from knarr.engine.worker import Worker
+from knarr.supervisor.machine import available_cpus, follow_supervisor
 from knarr.supervisor.plan import members, process_count
-from knarr.supervisor.processes import available_cpus, follow_supervisor, run_supervised
 
 PROGRESS_SECONDS = 0.1
 
@@ -54,6 +54,8 @@ def run_command(config_path: str | None, handler_option: str | None, progress: b
         return ExitCode.OK
     count = process_count(config, processes, available_cpus())
     if count > 1:
+        from knarr.supervisor.processes import run_supervised  # its HTTP client: only a supervisor loads it
+
         base_name = os.environ.get(config.worker_name_env) or f"knarr-{os.getpid():x}"
         return run_supervised(config, members(config, count, base_name), spec, config_path or os.environ.get(CONFIG_PATH_ENV))
     worker = Worker(config, load_handler_class(spec)())

@@ -9,6 +9,7 @@ them as among replicas) with its part of ``executor.max_executors``:
 - ``plan.py``: what each process is given (name, share of the pool, ports, environment); pure.
 - ``exposition.py``: the processes' Prometheus texts as one, each sample labelled with its process.
 - ``processes.py``: starting them, watching them, stopping them, and the pod's probe server.
+- ``machine.py``: the CPUs a process may use; a worker process's tie to its supervisor.
 
 What the pod sees is one worker: one ``/metrics`` (every process's metrics, ``process="0"``...,
 the supervisor's own as ``process="supervisor"``), ``/healthz`` and ``/readyz`` answering for

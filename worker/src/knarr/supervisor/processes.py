@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
 import random
@@ -20,7 +19,6 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
 
-from knarr.config.environment import SUPERVISOR_PID_ENV
 from knarr.config.root import KnarrConfig
 from knarr.errors import ExitCode, UnavailableError
 from knarr.observability.health import STALE_AFTER_SECONDS, HealthServer
@@ -28,7 +26,7 @@ from knarr.observability.logging import configure_logging, get_logger
 from knarr.observability.termination import Reason, reason_for_exit_code, write_termination_message
 from knarr.runtime.backoff import retry_delay
 from knarr.supervisor.exposition import merged
-from knarr.supervisor.plan import LOOPBACK, Member, cpus_allowed
+from knarr.supervisor.plan import LOOPBACK, Member
 
 POLL_SECONDS = 1.0  # how often each process's /readyz and /healthz are asked
 ASK_TIMEOUT_SECONDS = 2.0  # one answer of a process's probe server
@@ -37,7 +35,6 @@ RESTART_MAX_SECONDS = 30.0  # ...up to this,
 STEADY_SECONDS = 60.0  # and from the base again once it ran this long
 # Which exit code the pod's is when the processes stopped with different ones: the most telling first.
 EXIT_PRIORITY = (ExitCode.FATAL, ExitCode.USAGE, ExitCode.UNAVAILABLE, ExitCode.DRAIN_INCOMPLETE, ExitCode.WORK_FAILED)
-_PR_SET_PDEATHSIG = 1
 
 log = get_logger(component="supervisor")
 
@@ -270,29 +267,6 @@ def run_supervised(config: KnarrConfig, members: Sequence[Member], handler_spec:
     command = [sys.executable, "-m", "knarr.cli", "run", "--no-progress", "--handler", handler_spec]
     path = os.path.abspath(config_path) if config_path else None
     return asyncio.run(Supervisor(config, members, command, path).run())
-
-
-def available_cpus() -> int:
-    """CPUs this process may use: its affinity, capped by its cgroup's quota (a container's limit)."""
-    try:
-        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as fh:
-            cpu_max = fh.read()
-    except OSError:
-        cpu_max = None
-    return cpus_allowed(cpu_max, len(os.sched_getaffinity(0)))
-
-
-def follow_supervisor(env: Mapping[str, str] | None = None) -> bool:
-    """In a worker process a supervisor started: ask for SIGHUP when it dies (the worker stops on it, draining
-    as on SIGTERM; the kernel sends it once per thread the supervisor had, so it is not SIGTERM, whose second
-    arrival ends a drain). False: the supervisor is gone already."""
-    env = os.environ if env is None else env
-    pid = env.get(SUPERVISOR_PID_ENV)
-    if not pid:
-        return True
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
-    return os.getppid() == int(pid)  # asked after the fact: it may have died before the request
 
 
 def _free_port() -> int:

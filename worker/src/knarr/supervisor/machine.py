@@ -1,0 +1,36 @@
+"""What a `knarr run` process reads from where it runs: the CPUs it may use, and whether a supervisor started it."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from collections.abc import Mapping
+
+from knarr.config.environment import SUPERVISOR_PID_ENV
+from knarr.supervisor.plan import cpus_allowed
+
+_PR_SET_PDEATHSIG = 1
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity, capped by its cgroup's quota (a container's limit)."""
+    try:
+        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as fh:
+            cpu_max = fh.read()
+    except OSError:
+        cpu_max = None
+    return cpus_allowed(cpu_max, len(os.sched_getaffinity(0)))
+
+
+def follow_supervisor(env: Mapping[str, str] | None = None) -> bool:
+    """In a worker process a supervisor started: ask for SIGHUP when it dies (the worker stops on it, draining
+    as on SIGTERM; the kernel sends it once per thread the supervisor had, so it is not SIGTERM, whose second
+    arrival ends a drain). False: the supervisor is gone already."""
+    env = os.environ if env is None else env
+    pid = env.get(SUPERVISOR_PID_ENV)
+    if not pid:
+        return True
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
+    return os.getppid() == int(pid)  # asked after the fact: it may have died before the request
