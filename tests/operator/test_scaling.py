@@ -27,6 +27,18 @@ times = st.floats(0, 10**6, allow_nan=False)
 since = st.one_of(st.none(), st.floats(0, 10**6, allow_nan=False))
 
 
+@given(policies(), currents, lags, partitions, st.integers(1, 8), times)
+def test_pods_of_several_processes_never_bring_more_consumers_than_partitions_need(policy, current, lag, parts,
+                                                                                   per_pod, now):
+    pods_needed = -(-parts // per_pod)  # a pod of `processes: per_pod` is that many consumers
+    d = decide(policy, current=current, lag=lag, partitions=parts, now=now, low_lag_since=None,
+               consumers_per_pod=per_pod)
+    assert d.replicas <= pods_needed
+    flooded = decide(policy, current=current, lag=10**12, partitions=parts, now=now, low_lag_since=None,
+                     consumers_per_pod=per_pod)
+    assert flooded.replicas == min(policy.max_replicas, pods_needed)
+
+
 @given(policies(), currents, lags, partitions, times, since)
 def test_replicas_stay_within_the_range_and_never_exceed_partitions(policy, current, lag, parts, now, low_since):
     d = decide(policy, current=current, lag=lag, partitions=parts, now=now, low_lag_since=low_since)

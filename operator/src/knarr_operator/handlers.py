@@ -180,7 +180,9 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
 
     desired = current if current is not None else spec.scaling.min_replicas
     if spec.scaling.engine == "builtin" and lag is not None and not spec.suspend:
-        desired = _autoscale(body, api, ref, spec.scaling, lag, status, new_status)
+        # A pod of `processes: N` is N consumers; 0 (one per CPU) is counted as one, its CPUs unknown here.
+        desired = _autoscale(body, api, ref, spec.scaling, lag, status, new_status,
+                             consumers_per_pod=max(1, config_run.validated.processes))
 
     new_status["backfills"] = _sync_backfills(body, api, ref, spec_run, children.backfills, status)
 
@@ -312,7 +314,8 @@ def _read_secrets(api: Cluster, ref: PipelineRef, wanted: list[tuple[str, str]])
     return found
 
 
-def _autoscale(body: Mapping[str, Any], api: Cluster, ref: PipelineRef, scaling: Any, lag: Any, status: dict[str, Any], new_status: dict[str, Any]) -> int:
+def _autoscale(body: Mapping[str, Any], api: Cluster, ref: PipelineRef, scaling: Any, lag: Any, status: dict[str, Any],
+               new_status: dict[str, Any], consumers_per_pod: int = 1) -> int:
     deployment = api.get("apps/v1", "Deployment", ref.namespace, ref.name)
     current = int((deployment or {}).get("spec", {}).get("replicas") or 0)
     decision = decide(
@@ -322,6 +325,7 @@ def _autoscale(body: Mapping[str, Any], api: Cluster, ref: PipelineRef, scaling:
         partitions=lag.partitions,
         now=time.time(),
         low_lag_since=parse_time(status.get("lowLagSince")),
+        consumers_per_pod=consumers_per_pod,
     )
     new_status["lowLagSince"] = format_time(decision.low_lag_since) if decision.low_lag_since is not None else ""
     if decision.changes(current):

@@ -2,8 +2,9 @@
 
 Scale up at once (lag is work waiting); scale down only after the lag has allowed
 fewer workers for ``scale_down_delay_seconds`` without a break, so a short lull
-does not trigger a rebalance storm. Never more workers than partitions: the
-extra ones would sit idle in the consumer group.
+does not trigger a rebalance storm. Never more consumers than partitions: the
+extra ones would sit idle in the consumer group. A pod of ``processes: N`` (knarr run
+--processes) is N consumers, so it counts N times.
 """
 
 from __future__ import annotations
@@ -23,22 +24,23 @@ class Decision:
         return self.replicas != current
 
 
-def bounds(scaling: Scaling, partitions: int) -> tuple[int, int]:
-    """[lowest, highest] worker count: the spec's range, capped by the partition count."""
-    cap = partitions if partitions > 0 else scaling.max_replicas
+def bounds(scaling: Scaling, partitions: int, consumers_per_pod: int = 1) -> tuple[int, int]:
+    """[lowest, highest] worker count: the spec's range, capped so the pods' consumers do not outnumber the partitions."""
+    cap = math.ceil(partitions / max(1, consumers_per_pod)) if partitions > 0 else scaling.max_replicas
     high = min(scaling.max_replicas, cap)
     return min(scaling.min_replicas, high), high
 
 
-def wanted_replicas(scaling: Scaling, lag: int, partitions: int) -> int:
-    low, high = bounds(scaling, partitions)
+def wanted_replicas(scaling: Scaling, lag: int, partitions: int, consumers_per_pod: int = 1) -> int:
+    low, high = bounds(scaling, partitions, consumers_per_pod)
     return max(low, min(high, math.ceil(max(lag, 0) / scaling.lag_per_replica)))
 
 
-def decide(scaling: Scaling, *, current: int, lag: int, partitions: int, now: float, low_lag_since: float | None) -> Decision:
-    low, high = bounds(scaling, partitions)
+def decide(scaling: Scaling, *, current: int, lag: int, partitions: int, now: float, low_lag_since: float | None,
+           consumers_per_pod: int = 1) -> Decision:
+    low, high = bounds(scaling, partitions, consumers_per_pod)
     current_in_bounds = max(low, min(high, current))
-    target = wanted_replicas(scaling, lag, partitions)
+    target = wanted_replicas(scaling, lag, partitions, consumers_per_pod)
     if target >= current_in_bounds:
         return Decision(target, None)
     since = now if low_lag_since is None else low_lag_since
