@@ -1,5 +1,5 @@
-"""A pod's cores: `knarr run` as people start it, in spawn mode, in persistent mode, and in persistent
-mode with ``--processes N``, on the same tiny-task workload and broker, in one run.
+"""A pod's cores: `knarr run` as people start it, in spawn mode and in persistent mode, each with one
+worker process and with ``--processes N``, on the same tiny-task workload and broker, in one run.
 
 make bench and make bench-persistent run the engine inside the bench's own process. Here each row is
 the command itself (a config file, bench/echo_handler.py:EchoHandler, the workload of
@@ -12,7 +12,8 @@ of the messages committed to the first that sees RATE_TO (the offsets are looked
 POLL_SECONDS), so neither start-up nor the tail weighs in. Its CPU per task is the
 knarr processes' own over that interval (the supervisor and its worker processes, read from
 /proc; the task processes and programs left out). Persistent rows run PERSISTENT_RUN_FACTOR times
-spawn mode's messages, so that the intervals last about as long.
+spawn mode's messages, so that the intervals last about as long. Spawn mode with ``--processes N`` has no
+target: it says whether a second interpreter helps a mode whose task processes fill the cores.
 
 Rounds (``--rounds``) run every row once, back to back, the order alternating; each ratio is the
 median of the rounds' (bench/rounds.py), the ``--processes`` one judged against the persistent
@@ -187,7 +188,7 @@ def run_pod(bootstrap: str, mode: str, messages: int, max_executors: int, proces
 
 
 def one_round(bootstrap: str, messages: int, max_executors: int, processes: int, reverse: bool) -> dict[str, Row]:
-    plan = [("spawn", messages, 1), ("persistent", PERSISTENT_RUN_FACTOR * messages, 1),
+    plan = [("spawn", messages, 1), ("spawn", messages, processes), ("persistent", PERSISTENT_RUN_FACTOR * messages, 1),
             ("persistent", PERSISTENT_RUN_FACTOR * messages, processes)]
     rows = [run_pod(bootstrap, mode, count, max_executors, n) for mode, count, n in (plan[::-1] if reverse else plan)]
     return {row.label: row for row in rows}
@@ -210,7 +211,10 @@ def report(rounds: list[dict[str, Row]], processes: int) -> None:
     judged(f"persistent, --processes {processes} / spawn, one process",
            [r[f"persistent, --processes {processes}"].rate / r[spawn].rate for r in rounds], TARGET_RATIO, 1, "x",
            f"{TARGET_RATIO:g}x")
-    print("  (spawn mode's task processes already use every core; one interpreter bounds persistent mode)")
+    spawn_n = f"spawn, --processes {processes}"
+    ratios = sorted(r[spawn_n].rate / r[spawn].rate for r in rounds)
+    print(f"  {spawn_n} / spawn, one process: {', '.join(f'{x:.2f}x' for x in ratios)} (the rounds, sorted; no target: "
+          "spawn mode's task processes use every core already, one interpreter bounds persistent mode)")
 
 
 async def main() -> int:

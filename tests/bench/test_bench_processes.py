@@ -26,8 +26,9 @@ def test_a_tiny_pod_bench_runs_every_row_and_judges_both_ratios(kafka_bootstrap)
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = proc.stdout
-    for label in ("spawn, one process", "persistent, one process", "persistent, --processes 2"):
+    for label in ("spawn, one process", "spawn, --processes 2", "persistent, one process", "persistent, --processes 2"):
         row = re.search(rf"^  {re.escape(label)} +([\d,]+) +([\d,]+) us", table, re.MULTILINE)
         assert row and int(row[1].replace(",", "")) > 0 and int(row[2].replace(",", "")) > 0, table
     for ratio in ("persistent, one process / spawn, one process", "persistent, --processes 2 / spawn, one process"):
         assert re.search(rf"^  {re.escape(ratio)} +[\d.]+x +>= 10x +(PASS|MISS)$", table, re.MULTILINE), table
+    assert re.search(r"^  spawn, --processes 2 / spawn, one process: [\d.]+x \(the rounds", table, re.MULTILINE), table
