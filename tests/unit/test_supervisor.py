@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from knarr.config import ConfigError
 from knarr.config.loading import config_from_dict, load_config
 from knarr.supervisor.exposition import merged
+from knarr.supervisor.outcome import Ended, ended_by_itself, stopped
 from knarr.supervisor.plan import cpus_allowed, members, process_count, shares
 
 KAFKA = {"kafka": {"brokers": "127.0.0.1:9092"}, "sinks": {"kafka": {"out": {"topic": "o"}}}}
@@ -149,3 +150,35 @@ def test_a_sample_that_names_its_process_keeps_it_and_a_broken_text_is_left_out(
     assert samples[("knarr_worker_process_up", (("process", "1"),))] == 0
     assert not any(dict(labels).get("process") == "0" for _, labels in samples)
     assert samples[("knarr_tasks_total", (("process", "1"), ("status", "completed")))] == 1
+
+
+# --- how the pod ends -------------------------------------------------------------------------
+
+def test_a_process_that_ends_by_itself_gives_the_pod_its_code_and_reason():
+    end = ended_by_itself(Ended(1, 3, "ServiceUnavailable: the broker at 10.0.0.1:9092 cannot be reached"))
+    assert (end.code, str(end.reason)) == (3, "ServiceUnavailable")
+    assert end.detail == "worker process 1: the broker at 10.0.0.1:9092 cannot be reached"
+    silent = ended_by_itself(Ended(0, 1))
+    assert (silent.code, str(silent.reason), silent.detail) == (1, "Fatal", "worker process 0: exit code 1")
+
+
+def test_a_process_that_ends_cleanly_unasked_ends_the_pod_as_fatal():
+    end = ended_by_itself(Ended(2, 0))
+    assert (end.code, str(end.reason)) == (1, "Fatal")
+    assert "ended by itself (exit code 0) unasked" in end.detail
+
+
+def test_a_stopped_pod_exits_with_the_most_telling_code_of_its_processes():
+    assert stopped([Ended(0, 0), Ended(1, 0)]).code == 0
+    assert stopped([Ended(0, 0), Ended(1, 0)]).reason is None
+    drained_late = stopped([Ended(0, 0), Ended(1, 5, "DrainIncomplete: in-flight work did not finish within 30s")])
+    assert (drained_late.code, str(drained_late.reason)) == (5, "DrainIncomplete")
+    assert drained_late.detail == "worker process(es) 1: in-flight work did not finish within 30s"
+    assert stopped([Ended(0, 5), Ended(1, 1, "Fatal: a sink refused"), Ended(2, 1)]).detail == \
+        "worker process(es) 1, 2: a sink refused"
+
+
+def test_a_process_killed_by_our_sigterm_before_it_listened_stopped_cleanly_any_other_signal_did_not():
+    assert stopped([Ended(0, -15), Ended(1, 0)]).code == 0
+    killed = stopped([Ended(0, -9), Ended(1, 0)])
+    assert (killed.code, killed.detail) == (5, "worker process(es) 0: exit code 5")

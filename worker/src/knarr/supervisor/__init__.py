@@ -8,6 +8,7 @@ them as among replicas) with its part of ``executor.max_executors``:
 
 - ``plan.py``: what each process is given (name, share of the pool, ports, environment); pure.
 - ``exposition.py``: the processes' Prometheus texts as one, each sample labelled with its process.
+- ``outcome.py``: the pod's exit code and termination message, from how its processes ended; pure.
 - ``processes.py``: starting them, watching them, stopping them, and the pod's probe server.
 - ``machine.py``: the CPUs a process may use; a worker process's tie to its supervisor.
 

@@ -23,9 +23,10 @@ from knarr.config.root import KnarrConfig
 from knarr.errors import ExitCode, UnavailableError
 from knarr.observability.health import STALE_AFTER_SECONDS, HealthServer
 from knarr.observability.logging import configure_logging, get_logger
-from knarr.observability.termination import Reason, reason_for_exit_code, write_termination_message
+from knarr.observability.termination import Reason, write_termination_message
 from knarr.runtime.backoff import retry_delay
 from knarr.supervisor.exposition import merged
+from knarr.supervisor.outcome import Ended, ended_by_itself, signal_name, stopped
 from knarr.supervisor.plan import LOOPBACK, Member
 
 POLL_SECONDS = 1.0  # how often each process's /readyz and /healthz are asked
@@ -33,8 +34,6 @@ ASK_TIMEOUT_SECONDS = 2.0  # one answer of a process's probe server
 RESTART_BASE_SECONDS = 0.5  # a process a signal killed starts again after this, doubling (with jitter)...
 RESTART_MAX_SECONDS = 30.0  # ...up to this,
 STEADY_SECONDS = 60.0  # and from the base again once it ran this long
-# Which exit code the pod's is when the processes stopped with different ones: the most telling first.
-EXIT_PRIORITY = (ExitCode.FATAL, ExitCode.USAGE, ExitCode.UNAVAILABLE, ExitCode.DRAIN_INCOMPLETE, ExitCode.WORK_FAILED)
 
 log = get_logger(component="supervisor")
 
@@ -148,7 +147,7 @@ class Supervisor:
             delay = retry_delay(p.failures_in_row, RESTART_BASE_SECONDS, RESTART_MAX_SECONDS)
             p.restarts += 1
             self._restarts.labels(str(p.member.index)).inc()
-            name = _signal_name(-code)
+            name = signal_name(-code)
             log.warning("worker process killed by a signal; starting it again (its partitions go to the others "
                         "meanwhile, its uncommitted messages are replayed)", process=p.member.index,
                         pid=p.proc.pid, signal=name, ran_seconds=round(ran, 1), restart_in_seconds=round(delay, 2),
@@ -188,24 +187,13 @@ class Supervisor:
         """The pod's exit code, with its termination message."""
         if self._cause is not None:
             p, code, line = self._cause
-            reason_text, _, detail = line.partition(": ")
-            try:
-                reason = Reason(reason_text)
-            except ValueError:
-                reason, detail = reason_for_exit_code(code), line
-            if code == ExitCode.OK:  # a worker that is not asked to stop does not end unless something is wrong
-                code, reason, detail = ExitCode.FATAL, Reason.FATAL, "ended by itself (exit code 0) unasked"
-            write_termination_message(reason, f"worker process {p.member.index}: {detail or f'exit code {code}'}")
-            return code
-        codes = [_stop_code(p.exit_code) for p in self.processes if p.exit_code is not None]
-        code = next((c for c in EXIT_PRIORITY if c in codes), ExitCode.OK)
-        if code != ExitCode.OK:
-            which = [str(p.member.index) for p in self.processes if _stop_code(p.exit_code) == code]
-            lines = [_termination_line(p.termination_log) for p in self.processes]
-            detail = next((line.partition(": ")[2] for line in lines if line), "")
-            write_termination_message(reason_for_exit_code(code),
-                                      f"worker process(es) {', '.join(which)}: {detail or f'exit code {code}'}")
-        return code
+            end = ended_by_itself(Ended(p.member.index, code, line))
+        else:
+            end = stopped([Ended(p.member.index, p.exit_code, _termination_line(p.termination_log))
+                           for p in self.processes if p.exit_code is not None])
+        if end.reason is not None:
+            write_termination_message(end.reason, end.detail)
+        return end.code
 
     # --- the pod's probes ---------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
@@ -305,17 +293,3 @@ def _field(body: str, key: str) -> str:
     except (ValueError, AttributeError):
         return ""
     return str(value) if value is not None else ""
-
-
-def _stop_code(code: int | None) -> int:
-    """A stopped process's exit code; a signal before it could handle SIGTERM counts as a clean stop if it was ours."""
-    if code is None or code >= 0:
-        return code or ExitCode.OK
-    return ExitCode.OK if -code in (signal.SIGTERM, signal.SIGINT) else ExitCode.DRAIN_INCOMPLETE
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
