@@ -134,6 +134,17 @@ def test_debug_reachable_from_other_pods_without_a_token_is_refused_saying_how_t
     assert "kubectl port-forward" in str(err.value)
 
 
+def test_a_pod_of_several_processes_gets_a_debug_port_per_process_none_of_them_the_metrics_port(sample_spec):
+    sample_spec["debug"] = {"enabled": True, "port": 8088}
+    sample_spec["processes"] = 3
+    (container,) = worker(render(sample_spec))["containers"]
+    assert [(p["name"], p["containerPort"]) for p in container["ports"] if p["name"].startswith("debug")] == [
+        ("debug", 8088), ("debug-1", 8089), ("debug-2", 8090)]
+    sample_spec["debug"]["port"] = 9089
+    with pytest.raises(InvalidConfig, match=r"debug.port 9089 and processes 3: .*metrics.port \(9090\) is among"):
+        render(sample_spec)
+
+
 @pytest.mark.parametrize("port", [0, 9090])
 def test_the_debug_port_must_be_fixed_and_not_the_metrics_port(sample_spec, port):
     sample_spec["debug"] = {"enabled": True, "port": port}

@@ -100,6 +100,12 @@ def test_a_static_group_member_id_becomes_one_per_process():
     assert not any("KAFKA__EXTRA" in key for key in members(config(), 2, "w")[0].env(config(), 1, 1, "/t", None))
 
 
+def test_debug_ports_that_cover_the_metrics_port_are_refused():
+    with pytest.raises(ConfigError, match=r"metrics.port \(9090\), where the supervisor listens, is among them"):
+        members(config(debug={"enabled": True, "port": 9089}), 2, "w")
+    assert len(members(config(debug={"enabled": True, "port": 9091}), 2, "w")) == 2
+
+
 def test_debug_ports_past_the_last_port_are_refused():
     cfg = config(debug={"enabled": True, "port": 65535})
     with pytest.raises(ConfigError, match="debug.port 65535"):

@@ -97,7 +97,9 @@ def _debug_parts(spec: OperatorSpec, config: WorkerConfig) -> tuple[list[dict[st
     debug = config.validated.debug
     if not debug.enabled:
         return [], [], []
-    ports = [{"name": "debug", "containerPort": debug.port, "protocol": "TCP"}]
+    # With processes: N, worker process i serves its own UI on debug.port + i (the Service reaches the first).
+    ports = [{"name": "debug" if i == 0 else f"debug-{i}", "containerPort": debug.port + i, "protocol": "TCP"}
+             for i in range(max(1, config.validated.processes))]
     db_dir = debug.db_dir.rstrip("/")
     if spec.debug_volume is not None and db_dir:
         claim = {"claimName": spec.debug_volume.claim_name}

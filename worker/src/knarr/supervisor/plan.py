@@ -84,6 +84,11 @@ def members(config: KnarrConfig, count: int, base_name: str) -> list[Member]:
     if debug.enabled and debug.port and debug.port + count - 1 > 65535:
         raise ConfigError(f"debug.port {debug.port}: the {count} worker processes listen on debug.port + their index "
                           f"(0 to {count - 1}), past 65535; lower debug.port or set it to 0 (each picks a free port)")
+    metrics = config.metrics
+    if debug.enabled and debug.port and metrics.enabled and debug.port <= metrics.port < debug.port + count:
+        raise ConfigError(f"debug.port {debug.port}: the {count} worker processes serve their debug UIs on debug.port "
+                          f"+ their index, and metrics.port ({metrics.port}), where the supervisor listens, is among "
+                          "them; move debug.port or metrics.port")
     mpp = config.executor.max_per_partition
     return [
         Member(
