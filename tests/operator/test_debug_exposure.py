@@ -143,6 +143,9 @@ def test_a_pod_of_several_processes_gets_a_debug_port_per_process_none_of_them_t
     sample_spec["debug"]["port"] = 9089
     with pytest.raises(InvalidConfig, match=r"debug.port 9089 and processes 3: .*metrics.port \(9090\) is among"):
         render(sample_spec)
+    sample_spec["debug"]["port"] = 65534
+    with pytest.raises(InvalidConfig, match=r"debug.port 65534 and processes 3: .*past 65535"):
+        render(sample_spec)
 
 
 @pytest.mark.parametrize("port", [0, 9090])
