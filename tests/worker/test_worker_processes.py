@@ -249,6 +249,27 @@ def test_a_process_that_exits_by_itself_stops_the_pod_with_its_reason(kafka_boot
     assert "127.0.0.1" in message or "broker" in message.lower(), message
 
 
+def test_a_stop_whose_drains_overrun_ends_the_pod_with_their_code_and_reason(kafka_bootstrap: str, tmp_path: Path) -> None:
+    topic, output = unique_name("procs-drain-in"), unique_name("procs-drain-out")
+    create_topic(kafka_bootstrap, topic, 2)
+    create_topic(kafka_bootstrap, output, 1)
+    spec = WorkerSpec(kafka_bootstrap, topic, unique_name("procs-drain"), output, max_executors=2,
+                      drain_timeout_seconds=1, log_level="INFO")
+    termination = tmp_path / "termination-log"
+    pod = WorkerProcess("pod", spec, tmp_path, unique_name("knarrdrain"), args=TWO)
+    pod.env["KNARR_TERMINATION_LOG"] = str(termination)
+    with WorkerFleet(spec, tmp_path, "unused") as fleet:
+        fleet.workers.append(pod.start())
+        wait_until(lambda: all_consuming(pod), 60, "both worker processes to consume")
+        for partition in (0, 1):  # a long task on each process's partition
+            produce_json(kafka_bootstrap, topic, [{"request_id": f"d{partition}", "sleep": 20}], partition=partition)
+        wait_until(lambda: pod.metrics().get('knarr_pool_active{process="0"}', 0) > 0
+                   and pod.metrics().get('knarr_pool_active{process="1"}', 0) > 0, 30, "a task running in each process")
+        assert pod.terminate() == 5  # ExitCode.DRAIN_INCOMPLETE: both drains overran their second
+    message = termination.read_text().strip()
+    assert message.startswith("DrainIncomplete: worker process(es) 0, 1: in-flight work did not finish within"), message
+
+
 def test_a_stopped_process_fails_the_pods_liveness_until_it_runs_again(kafka_bootstrap: str, tmp_path: Path) -> None:
     topic, output = unique_name("procs-stop-in"), unique_name("procs-stop-out")
     create_topic(kafka_bootstrap, topic, 2)

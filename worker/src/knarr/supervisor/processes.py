@@ -95,6 +95,12 @@ class Supervisor:
 
     # --- the run -------------------------------------------------------------------------------
     async def run(self) -> int:
+        try:
+            return await self._run()
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)  # after _exit() has read the processes' termination messages
+
+    async def _run(self) -> int:
         configure_logging(self.config.logging.level, self.config.logging.format)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -115,7 +121,6 @@ class Supervisor:
                 poller.cancel()
                 if server is not None:
                     await server.stop()
-                shutil.rmtree(self._dir, ignore_errors=True)
         return self._exit()
 
     def stop(self, why: str = "") -> None:
