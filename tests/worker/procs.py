@@ -290,16 +290,23 @@ def processes_with(marker: str) -> list[tuple[int, str]]:
     return found
 
 
+def alive(pid: int) -> bool:
+    """The process runs (a zombie, or a pid that is gone, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as st:
+            return st.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def alive_with(marker: str) -> list[int]:
     """Pids of the processes whose command line contains ``marker`` and that still run (zombies left out)."""
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if marker.encode() in fh.read():
-                    with open(f"/proc/{pid}/stat") as st:
-                        if st.read().rsplit(")", 1)[1].split()[0] != "Z":
-                            pids.append(int(pid))
+                if marker.encode() in fh.read() and alive(int(pid)):
+                    pids.append(int(pid))
         except OSError:
             pass
     return pids

@@ -32,6 +32,7 @@ from tests.worker.procs import (
     WorkerFleet,
     WorkerProcess,
     WorkerSpec,
+    alive,
     caught_up,
     free_port,
     outputs_by_kind,
@@ -56,21 +57,8 @@ def pids_of(worker: WorkerProcess) -> dict[int, int]:
     return {e["process"]: e["pid"] for e in started(worker)}
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def ready_reason(worker: WorkerProcess) -> str | None:
-    answer = worker._get("/readyz")
-    return json.loads(answer[1])["reason"] if answer and answer[0] == 200 else None
-
-
 def all_consuming(worker: WorkerProcess) -> str | None:
-    reason = ready_reason(worker)
+    reason = worker.readiness()
     return reason if reason and "0: consuming" in reason and "1: consuming" in reason else None
 
 
@@ -158,7 +146,7 @@ def test_metrics_are_one_scrape_labelled_by_process(supervised: SupervisedRun) -
     assert m['knarr_worker_process_up{process="0"}'] == 1 and m['knarr_worker_process_up{process="1"}'] == 1
     completed = {p: m.get(f'knarr_tasks_total{{process="{p}",status="completed"}}', 0) for p in ("0", "1")}
     assert completed["0"] > 0 and completed["1"] > 0
-    assert f'process_resident_memory_bytes{{process="supervisor"}}' in m
+    assert 'process_resident_memory_bytes{process="supervisor"}' in m
     assert 'process_resident_memory_bytes{process="1"}' in m
 
 
@@ -196,7 +184,7 @@ def test_worker_processes_killed_again_and_again_lose_nothing(kafka_bootstrap: s
         placed = produce_json(kafka_bootstrap, topic, records, key_fn=lambda r: r["request_id"])
         for kill in range(KILLS):
             index = kill % 2
-            wait_until(lambda: (r := ready_reason(pod)) and f"{index}: consuming" in r, 90,
+            wait_until(lambda: (r := pod.readiness()) and f"{index}: consuming" in r, 90,
                        f"process {index} to consume before kill {kill + 1}")
             time.sleep(pick.uniform(0.3, 1.0))
             uncommitted_at_kills.append(uncommitted())
