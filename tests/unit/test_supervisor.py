@@ -101,9 +101,21 @@ def test_a_static_group_member_id_becomes_one_per_process():
 
 
 def test_debug_ports_that_cover_the_metrics_port_are_refused():
-    with pytest.raises(ConfigError, match=r"metrics.port \(9090\), where the supervisor listens, is among them"):
+    with pytest.raises(ConfigError, match=r"debug.port 9089 and processes 2: .*metrics.port \(9090\) is among those ports"):
         members(config(debug={"enabled": True, "port": 9089}), 2, "w")
     assert len(members(config(debug={"enabled": True, "port": 9091}), 2, "w")) == 2
+
+
+def test_the_config_refuses_debug_ports_it_cannot_serve_whatever_the_process_count():
+    with pytest.raises(ConfigError, match=r"debug.port 9090: the debug UI and the metrics endpoint .* cannot share"):
+        config(debug={"enabled": True, "port": 9090})
+    with pytest.raises(ConfigError, match=r"debug.port 9088 and processes 3: .*metrics.port \(9090\) is among"):
+        config(processes=3, debug={"enabled": True, "port": 9088})
+    with pytest.raises(ConfigError, match=r"debug.port 65534 and processes 3: .*past 65535"):
+        config(processes=3, debug={"enabled": True, "port": 65534})
+    assert config(processes=3, debug={"enabled": True, "port": 9087}).debug.port == 9087
+    assert config(debug={"enabled": False, "port": 9090}).debug.port == 9090  # off: no port is taken
+    assert config(processes=3, debug={"enabled": True, "port": 0}).debug.port == 0  # each picks a free one
 
 
 def test_debug_ports_past_the_last_port_are_refused():
@@ -188,3 +200,4 @@ def test_a_process_killed_by_our_sigterm_before_it_listened_stopped_cleanly_any_
     assert stopped([Ended(0, -15), Ended(1, 0)]).code == 0
     killed = stopped([Ended(0, -9), Ended(1, 0)])
     assert (killed.code, killed.detail) == (5, "worker process(es) 0: exit code 5")
+

@@ -76,20 +76,10 @@ def render_worker_config(worker_spec: Mapping[str, Any], env: Iterable[Mapping[s
             f"never answers; use 0.0.0.0 (or :: on IPv6 clusters)"
         )
     debug = validated.debug
-    if debug.enabled and debug.port in (0, validated.metrics.port):
+    if debug.enabled and debug.port == 0:
         raise InvalidConfig(
-            f"debug.port {debug.port}: the operator exposes the debug UI on a port of its own (a container port and "
-            f"a Service), so it must be a fixed port (not 0) other than metrics.port ({validated.metrics.port})"
-        )
-    if debug.enabled and debug.port + validated.processes - 1 > 65535:
-        raise InvalidConfig(
-            f"debug.port {debug.port} and processes {validated.processes}: worker process i serves its debug UI on "
-            f"debug.port + i, past 65535 for the last ones; lower debug.port"
-        )
-    if debug.enabled and debug.port < validated.metrics.port < debug.port + validated.processes:
-        raise InvalidConfig(
-            f"debug.port {debug.port} and processes {validated.processes}: worker process i serves its debug UI on "
-            f"debug.port + i, and metrics.port ({validated.metrics.port}) is among them; move debug.port or metrics.port"
+            "debug.port 0: the operator exposes the debug UI on a port of its own (a container port and a Service), "
+            "so it must be a fixed port"
         )
     return WorkerConfig(data=data, secrets=tuple(secrets), validated=validated)
 

@@ -24,7 +24,7 @@ from knarr.config.paths import HandlerSpec
 GC_THRESHOLD = 10_000  # gc_threshold's default (Python's own is 700); engine/event_loop.py says why
 MAX_PROCESSES = 256  # worker processes of one `knarr run`; knarr/supervisor says what they share
 
-__all__ = ["CONFIG_PATH_ENV", "ENV_DELIMITER", "ENV_PREFIX", "KnarrConfig", "dump_config", "processes_problem"]
+__all__ = ["CONFIG_PATH_ENV", "ENV_DELIMITER", "ENV_PREFIX", "KnarrConfig", "debug_ports_problem", "dump_config", "processes_problem"]
 
 
 class KnarrConfig(Section):
@@ -83,6 +83,14 @@ class KnarrConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _debug_ports_fit(self) -> KnarrConfig:
+        count = self.processes or 1  # 0 is counted at start, where knarr/supervisor checks again
+        problem = debug_ports_problem(self, count)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
     def _at_least_one_sink(self) -> KnarrConfig:
         if self.sinks.is_empty:
             raise ValueError(
@@ -110,6 +118,26 @@ def processes_problem(processes: int, source_type: str, max_executors: int) -> s
     if processes > max_executors:
         return (f"the processes share executor.max_executors ({max_executors}) and each needs at least one pool "
                 "slot; raise executor.max_executors or run fewer processes")
+    return None
+
+
+def debug_ports_problem(config: KnarrConfig, processes: int) -> str | None:
+    """Why ``processes`` worker processes cannot serve their debug UIs, process i on ``debug.port + i``
+    (past the last port, or on the metrics port), or None. debug.port 0: each picks a free port."""
+    debug, metrics = config.debug, config.metrics
+    if not debug.enabled or debug.port == 0:
+        return None
+    said = f"debug.port {debug.port}" + (f" and processes {processes}" if processes > 1 else "")
+    last = debug.port + processes - 1
+    if last > 65535:
+        return (f"{said}: worker process i serves its debug UI on debug.port + i, past 65535 for the last ones; "
+                "lower debug.port")
+    if metrics.enabled and debug.port <= metrics.port <= last:
+        if processes == 1:
+            return (f"{said}: the debug UI and the metrics endpoint (metrics.port {metrics.port}) cannot share a "
+                    "port; move debug.port or metrics.port")
+        return (f"{said}: worker process i serves its debug UI on debug.port + i, and metrics.port "
+                f"({metrics.port}) is among those ports; move debug.port or metrics.port")
     return None
 
 

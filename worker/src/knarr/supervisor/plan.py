@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from knarr.config.environment import CONFIG_PATH_ENV, ENV_PREFIX, SUPERVISOR_PID_ENV, TERMINATION_LOG_ENV
-from knarr.config.root import KnarrConfig, processes_problem
+from knarr.config.root import KnarrConfig, debug_ports_problem, processes_problem
 from knarr.errors import ConfigError
 
 STATIC_MEMBER = "group.instance.id"  # librdkafka's static group membership
@@ -80,15 +80,10 @@ def shares(total: int, count: int) -> list[int]:
 
 def members(config: KnarrConfig, count: int, base_name: str) -> list[Member]:
     """Every worker process of the pod, named ``<base_name>-<index>``."""
+    problem = debug_ports_problem(config, count)
+    if problem is not None:
+        raise ConfigError(problem)
     debug = config.debug
-    if debug.enabled and debug.port and debug.port + count - 1 > 65535:
-        raise ConfigError(f"debug.port {debug.port}: the {count} worker processes listen on debug.port + their index "
-                          f"(0 to {count - 1}), past 65535; lower debug.port or set it to 0 (each picks a free port)")
-    metrics = config.metrics
-    if debug.enabled and debug.port and metrics.enabled and debug.port <= metrics.port < debug.port + count:
-        raise ConfigError(f"debug.port {debug.port}: the {count} worker processes serve their debug UIs on debug.port "
-                          f"+ their index, and metrics.port ({metrics.port}), where the supervisor listens, is among "
-                          "them; move debug.port or metrics.port")
     mpp = config.executor.max_per_partition
     return [
         Member(
