@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -12,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from knarr.config import ConfigError
 from knarr.config.loading import config_from_dict, load_config
 from knarr.supervisor.exposition import merged
+from knarr.supervisor.machine import free_port
 from knarr.supervisor.outcome import Ended, ended_by_itself, stopped
 from knarr.supervisor.plan import cpus_allowed, members, process_count, shares
 
@@ -201,3 +204,12 @@ def test_a_process_killed_by_our_sigterm_before_it_listened_stopped_cleanly_any_
     killed = stopped([Ended(0, -9), Ended(1, 0)])
     assert (killed.code, killed.detail) == (5, "worker process(es) 0: exit code 5")
 
+
+def test_a_free_port_lies_below_the_ephemeral_range_and_can_be_listened_on():
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for host in ("127.0.0.1", "0.0.0.0"):
+        port = free_port(host)
+        assert 1024 <= port < low
+        with socket.socket() as s:
+            s.bind((host, port))
+            s.listen()

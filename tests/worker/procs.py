@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from knarr.supervisor import machine
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BEHAVE = REPO_ROOT / "tests" / "programs" / "behave"
 HANDLERS = REPO_ROOT / "tests" / "programs" / "handlers.py"
@@ -35,23 +35,9 @@ KNARR = Path(sys.executable).parent / "knarr"  # the console script of this envi
 
 
 def free_port() -> int:
-    """A port free now for a worker to listen on, below the kernel's ephemeral range.
-
-    A port the kernel hands out for binding port 0 comes from the ephemeral range, and any
-    outbound connection (a Kafka client's, say) may take it as its local port before the worker
-    binds it: a crash-test cycle's worker once found its probes port taken that way. Outbound
-    connections never take a port below that range.
-    """
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for _ in range(200):
-        port = random.randrange(max(1024, low - 16384), low)
-        with socket.socket() as s:
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                continue  # someone listens there: another
-        return port
-    raise AssertionError(f"no free port found below {low} in 200 tries")
+    """A port free now on every interface for a worker to listen on, below the kernel's ephemeral range
+    (knarr.supervisor.machine.free_port says why)."""
+    return machine.free_port("0.0.0.0")
 
 
 def status_kb(pid: int, field: str) -> int | None:

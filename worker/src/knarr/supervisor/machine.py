@@ -1,10 +1,13 @@
-"""What a `knarr run` process reads from where it runs: the CPUs it may use, and whether a supervisor started it."""
+"""What a `knarr run` process reads from where it runs: the CPUs it may use, whether a supervisor started it, and
+a port free for a process to listen on."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
+import socket
 from collections.abc import Mapping
 
 from knarr.config.environment import SUPERVISOR_PID_ENV
@@ -34,3 +37,27 @@ def follow_supervisor(env: Mapping[str, str] | None = None) -> bool:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
     return os.getppid() == int(pid)  # asked after the fact: it may have died before the request
+
+
+def free_port(host: str) -> int:
+    """A port free on ``host`` now, below the kernel's ephemeral range, for a process about to listen there.
+
+    A port the kernel hands out for binding port 0 comes from the ephemeral range, and an outbound
+    connection (a Kafka client's) may take it as its local port before the listener binds it; nothing
+    takes a port below that range unasked."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as fh:
+            low = int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 16384), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue  # someone listens there: another
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # everything below taken: the kernel's pick
+        s.bind((host, 0))
+        return s.getsockname()[1]

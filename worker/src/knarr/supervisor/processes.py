@@ -6,10 +6,8 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -26,6 +24,7 @@ from knarr.observability.logging import configure_logging, get_logger
 from knarr.observability.termination import Reason, write_termination_message
 from knarr.runtime.backoff import retry_delay
 from knarr.supervisor.exposition import merged
+from knarr.supervisor.machine import free_port
 from knarr.supervisor.outcome import Ended, ended_by_itself, signal_name, stopped
 from knarr.supervisor.plan import LOOPBACK, Member
 
@@ -162,7 +161,7 @@ class Supervisor:
                 await asyncio.wait_for(self._stop.wait(), delay)
 
     async def _start(self, p: WorkerProcess) -> bool:
-        p.port = _free_port()
+        p.port = free_port(LOOPBACK)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(p.termination_log)
         env = {**self.base_env, **p.member.env(self.config, p.port, os.getpid(), p.termination_log, self.config_path)}
@@ -260,28 +259,6 @@ def run_supervised(config: KnarrConfig, members: Sequence[Member], handler_spec:
     command = [sys.executable, "-m", "knarr.cli", "run", "--no-progress", "--handler", handler_spec]
     path = os.path.abspath(config_path) if config_path else None
     return asyncio.run(Supervisor(config, members, command, path).run())
-
-
-def _free_port() -> int:
-    """A loopback port free now, below the kernel's ephemeral range: an outbound connection (a Kafka
-    client's) takes its local port from that range and could take a port picked there before the
-    worker process binds it; nothing takes one below it unasked."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as fh:
-            low = int(fh.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    for _ in range(200):
-        port = random.randrange(max(1024, low - 16384), low)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((LOOPBACK, port))
-            except OSError:
-                continue
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # everything below taken: the kernel's pick
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
 
 
 def _termination_line(path: str) -> str:
