@@ -12,7 +12,10 @@ of the messages committed to the first that sees RATE_TO (the offsets are looked
 POLL_SECONDS), so neither start-up nor the tail weighs in. Its CPU per task is the
 knarr processes' own over that interval (the supervisor and its worker processes, read from
 /proc; the task processes and programs left out). Persistent rows run PERSISTENT_RUN_FACTOR times
-spawn mode's messages, so that the intervals last about as long. Spawn mode with ``--processes N`` has no
+spawn mode's messages, so that the intervals last about as long. Persistent mode runs two programs:
+bench/echo_task.py (Python, on knarr.task, as make bench runs it) and tests/programs/echo_task.c (the
+protocol in C, a program as small as spawn mode's /bin/echo; left out without a C compiler), to
+tell what the engine costs a task from what a Python program adds. Spawn mode with ``--processes N`` has no
 target: it says whether a second interpreter helps a mode whose task processes fill the cores.
 
 Rounds (``--rounds``) run every row once, back to back, the order alternating; each ratio is the
@@ -48,6 +51,7 @@ from clocks import stat_cpu_seconds  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 from persistent import ECHO_PROGRAM, PERSISTENT_RUN_FACTOR, SPAWN_BINARY, TARGET_RATIO  # noqa: E402
 from rounds import host_pace, judged, pace_text  # noqa: E402
+from spawn_floor import build_c  # noqa: E402
 from workload import PARTITIONS, WARM_UP_HELP, warm_up  # noqa: E402
 
 from knarr.kafka import settings  # noqa: E402
@@ -58,16 +62,20 @@ from tests.worker.procs import free_port  # noqa: E402
 
 KNARR = Path(sys.executable).parent / "knarr"  # this environment's console script
 HANDLER = f"{BENCH / 'echo_handler.py'}:EchoHandler"
+C_ECHO = BENCH.parent / "tests" / "programs" / "echo_task.c"  # the protocol in C: answers "<id>:" and its stdin
 RATE_FROM, RATE_TO = 0.1, 0.9  # the steady state: between these shares of the messages committed
 POLL_SECONDS = 0.05
 RUN_TIMEOUT_SECONDS = 900
+
+
+C_PROGRAM = "persistent, C program"  # the mode of the rows whose program is tests/programs/echo_task.c
 
 
 @dataclass(frozen=True)
 class Row:
     """One `knarr run` of the workload: its mode and process count, and what its steady state measured."""
 
-    mode: str
+    mode: str  # "spawn", "persistent" (bench/echo_task.py, Python on knarr.task) or C_PROGRAM
     processes: int
     tasks: int  # committed between the two looks
     seconds: float
@@ -86,13 +94,14 @@ class Row:
         return self.cpu_seconds / self.tasks * 1e6
 
 
-def pod_config(bootstrap: str, topic: str, group: str, output: str, mode: str, max_executors: int,
+def pod_config(bootstrap: str, topic: str, group: str, output: str, program: list[str] | None, max_executors: int,
                port: int) -> dict:
+    """A pod's config: spawn mode (``program`` None) or persistent mode running ``program``."""
     executor: dict = {"max_executors": max_executors, "task_timeout_seconds": 30}
-    if mode == "spawn":
+    if program is None:
         executor["binary_path"] = SPAWN_BINARY
     else:
-        executor["persistent"] = {"command": ECHO_PROGRAM}
+        executor["persistent"] = {"command": program}
     return {
         "kafka": {"brokers": bootstrap, "source_topic": topic, "consumer_group": group,
                   "session_timeout_ms": 6000, "heartbeat_interval_ms": 500},
@@ -132,7 +141,8 @@ def settled(port: int) -> bool:
     return all("consuming" in part for part in parts)
 
 
-def run_pod(bootstrap: str, mode: str, messages: int, max_executors: int, processes: int) -> Row:
+def run_pod(bootstrap: str, mode: str, program: list[str] | None, messages: int, max_executors: int,
+            processes: int) -> Row:
     """One `knarr run` on a fresh topic: started, settled (every process consuming), then given the messages;
     measured until RATE_TO of them are committed; then SIGTERM."""
     topic, group, output = unique_name("bench-pod"), unique_name("bench-pod-g"), unique_name("bench-pod-out")
@@ -143,7 +153,7 @@ def run_pod(bootstrap: str, mode: str, messages: int, max_executors: int, proces
     with tempfile.TemporaryDirectory(prefix="knarr-bench-pod-") as tmp:
         config, log = Path(tmp) / "pod.yaml", Path(tmp) / "pod.log"
         port = free_port()
-        config.write_text(yaml.safe_dump(pod_config(bootstrap, topic, group, output, mode, max_executors, port)))
+        config.write_text(yaml.safe_dump(pod_config(bootstrap, topic, group, output, program, max_executors, port)))
         argv = [str(KNARR), "run", "--config", str(config), "--handler", HANDLER, "--processes", str(processes)]
         with open(log, "wb") as out:
             pod = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -187,16 +197,25 @@ def run_pod(bootstrap: str, mode: str, messages: int, max_executors: int, proces
     return Row(mode, processes, last[1] - first[1], last[0] - first[0], last[2] - first[2])
 
 
-def one_round(bootstrap: str, messages: int, max_executors: int, processes: int, reverse: bool) -> dict[str, Row]:
-    plan = [("spawn", messages, 1), ("spawn", messages, processes), ("persistent", PERSISTENT_RUN_FACTOR * messages, 1),
-            ("persistent", PERSISTENT_RUN_FACTOR * messages, processes)]
-    rows = [run_pod(bootstrap, mode, count, max_executors, n) for mode, count, n in (plan[::-1] if reverse else plan)]
+def one_round(bootstrap: str, messages: int, max_executors: int, processes: int, c_program: Path | None,
+              reverse: bool) -> dict[str, Row]:
+    """Every row once: spawn mode, then persistent mode with the Python program and with the C one (when
+    built), each with one process and with ``processes``."""
+    programs: list[tuple[str, list[str] | None, int]] = [("spawn", None, messages),
+                                                         ("persistent", ECHO_PROGRAM, PERSISTENT_RUN_FACTOR * messages)]
+    if c_program is not None:
+        programs.append((C_PROGRAM, [str(c_program)], PERSISTENT_RUN_FACTOR * messages))
+    plan = [(mode, program, count, n) for mode, program, count in programs for n in (1, processes)]
+    rows = [run_pod(bootstrap, mode, program, count, max_executors, n)
+            for mode, program, count, n in (plan[::-1] if reverse else plan)]
     return {row.label: row for row in rows}
 
 
 def report(rounds: list[dict[str, Row]], processes: int) -> None:
     labels = list(rounds[0])
-    labels.sort(key=lambda label: (label.startswith("persistent"), "--processes" in label))
+    order = ("spawn", "persistent,", C_PROGRAM)
+    labels.sort(key=lambda label: (max(i for i, mode in enumerate(order) if label.startswith(mode)),
+                                   "--processes" in label))
     print(f"\n  {'':34}{'tasks/s':>10}{'knarr CPU/task':>16}   (each round: tasks/s)")
     for label in labels:
         rows = [r[label] for r in rounds]
@@ -205,12 +224,11 @@ def report(rounds: list[dict[str, Row]], processes: int) -> None:
         print(f"  {label:34}{middle.rate:>10,.0f}{middle.cpu_us_per_task:>13,.0f} us   ({each})")
     spawn = "spawn, one process"
     print()
-    judged("persistent, one process / spawn, one process", [r["persistent, one process"].rate / r[spawn].rate
-                                                            for r in rounds], TARGET_RATIO, 1, "x",
-           f"{TARGET_RATIO:g}x")
-    judged(f"persistent, --processes {processes} / spawn, one process",
-           [r[f"persistent, --processes {processes}"].rate / r[spawn].rate for r in rounds], TARGET_RATIO, 1, "x",
-           f"{TARGET_RATIO:g}x")
+    for mode in ("persistent", C_PROGRAM):
+        for label in (f"{mode}, one process", f"{mode}, --processes {processes}"):
+            if label in rounds[0]:
+                judged(f"{label} / {spawn}", [r[label].rate / r[spawn].rate for r in rounds], TARGET_RATIO, 1, "x",
+                       f"{TARGET_RATIO:g}x")
     spawn_n = f"spawn, --processes {processes}"
     ratios = sorted(r[spawn_n].rate / r[spawn].rate for r in rounds)
     print(f"  {spawn_n} / spawn, one process: {', '.join(f'{x:.2f}x' for x in ratios)} (the rounds, sorted; no target: "
@@ -234,10 +252,16 @@ async def main() -> int:
     print(f"`knarr run` pods on {os.cpu_count()} CPU(s), max_executors {args.max_executors}: spawn mode over "
           f"{args.messages} messages, persistent over {PERSISTENT_RUN_FACTOR * args.messages}; rates between "
           f"{RATE_FROM:.0%} and {RATE_TO:.0%} committed; {args.rounds} round(s); {pace_text(paces)}", flush=True)
+    built = tempfile.TemporaryDirectory(prefix="knarr-bench-pod-c-")
+    c_program = build_c(C_ECHO, Path(built.name) / "echo_task")
+    if c_program is None:
+        print("  no C compiler (cc or gcc): the C program's rows are left out", flush=True)
     rounds = []
     for number in range(args.rounds):
         print(f"round {number + 1} of {args.rounds} ...", flush=True)
-        rounds.append(one_round(bootstrap, args.messages, args.max_executors, args.processes, reverse=number % 2 == 1))
+        rounds.append(one_round(bootstrap, args.messages, args.max_executors, args.processes, c_program,
+                                reverse=number % 2 == 1))
+    built.cleanup()
     report(rounds, args.processes)
     print(f"  after the rounds: {pace_text(host_pace())}")
     return 0
