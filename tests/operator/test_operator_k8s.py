@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import secrets
+import time
 from typing import Any
 
 import pytest
@@ -199,6 +200,23 @@ def test_lag_scales_workers_up_at_once_and_down_after_the_delay(api, operator, n
     wait_for(lambda: get(api, "apps/v1", "Deployment", ns, "search")["spec"]["replicas"] == 1, 60, "scale down to minReplicas")
     body = pipeline(api, ns, "search")
     assert body["status"]["partitions"] == 4
+
+
+def test_pods_of_one_process_per_cpu_count_their_cpu_limit_as_consumers_when_scaling(api, operator, ns,
+                                                                                      kafka_bootstrap, topic):
+    group = f"{topic}-group"
+    produce_json(kafka_bootstrap, topic, [{"i": i} for i in range(400)], partition=0)
+    produce_json(kafka_bootstrap, topic, [{"i": i} for i in range(400)], partition=1)
+    commit(kafka_bootstrap, group, topic, {0: 0, 1: 0, 2: 0, 3: 0})
+    spec = spec_for(kafka_bootstrap, topic, minReplicas=1, maxReplicas=4, lagPerReplica=100, scaleDownDelaySeconds=300)
+    spec["processes"] = 0
+    spec["resources"] = {"limits": {"cpu": "1500m"}}  # each pod runs two worker processes: two consumers
+    create_pipeline(api, ns, "search", spec)
+    wait_for(lambda: pipeline(api, ns, "search").get("status", {}).get("lag") == 800, 60, "status.lag")
+    wait_for(lambda: (get(api, "apps/v1", "Deployment", ns, "search") or {}).get("spec", {}).get("replicas") == 2, 60,
+             "scaled to the 4 partitions / 2 consumers a pod")
+    time.sleep(3)  # a few more reconciles: it stays there, under the lag's 8 and maxReplicas' 4
+    assert get(api, "apps/v1", "Deployment", ns, "search")["spec"]["replicas"] == 2
 
 
 def test_with_keda_a_scaled_object_is_rendered_and_replicas_left_to_it(api, operator, ns, kafka_bootstrap, topic):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from knarr_operator.scaling import clamp_for_spec, decide, plan_replicas
+from knarr_operator.scaling import clamp_for_spec, consumers_per_pod, decide, plan_replicas
 from knarr_operator.spec import Scaling
 
 
@@ -37,6 +37,13 @@ def test_pods_of_several_processes_never_bring_more_consumers_than_partitions_ne
     flooded = decide(policy, current=current, lag=10**12, partitions=parts, now=now, low_lag_since=None,
                      consumers_per_pod=per_pod)
     assert flooded.replicas == min(policy.max_replicas, pods_needed)
+
+
+def test_a_pod_of_one_process_per_cpu_counts_its_cpu_limit_rounded_up_as_the_pod_does():
+    assert consumers_per_pod(3, "8") == 3  # a count given is the count
+    assert [consumers_per_pod(0, limit) for limit in ("2", 2, "1500m", "500m", "2.5")] == [2, 2, 2, 1, 3]
+    assert consumers_per_pod(0, None) == 1  # no limit: the node's CPUs, unknown here
+    assert consumers_per_pod(0, "two") == 1  # malformed: the Deployment's apply says so
 
 
 @given(policies(), currents, lags, partitions, times, since)

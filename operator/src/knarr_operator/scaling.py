@@ -4,13 +4,15 @@ Scale up at once (lag is work waiting); scale down only after the lag has allowe
 fewer workers for ``scale_down_delay_seconds`` without a break, so a short lull
 does not trigger a rebalance storm. Never more consumers than partitions: the
 extra ones would sit idle in the consumer group. A pod of ``processes: N`` (knarr run
---processes) is N consumers, so it counts N times.
+--processes) is N consumers, so it counts N times (consumers_per_pod).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from kubernetes.utils.quantity import parse_quantity
 
 from knarr_operator.spec import Scaling
 
@@ -22,6 +24,21 @@ class Decision:
 
     def changes(self, current: int) -> bool:
         return self.replicas != current
+
+
+def consumers_per_pod(processes: int, cpu_limit: str | int | float | None) -> int:
+    """The consumers a worker pod of ``processes`` brings to the group. 0 (one per CPU) is the pod's CPU
+    limit rounded up, as the pod counts its cgroup's quota, when the limit is known; else one. A node with
+    fewer CPUs than the limit runs fewer processes than counted here (the pod also caps at its affinity)."""
+    if processes > 0:
+        return processes
+    if cpu_limit is None:
+        return 1
+    try:
+        cpus = parse_quantity(cpu_limit)
+    except ValueError:  # the Deployment's apply names a malformed quantity
+        return 1
+    return max(1, math.ceil(cpus))
 
 
 def bounds(scaling: Scaling, partitions: int, consumers_per_pod: int = 1) -> tuple[int, int]:
