@@ -216,12 +216,12 @@ def report(rounds: list[dict[str, Row]], processes: int) -> None:
     order = ("spawn", "persistent,", C_PROGRAM)
     labels.sort(key=lambda label: (max(i for i, mode in enumerate(order) if label.startswith(mode)),
                                    "--processes" in label))
-    print(f"\n  {'':34}{'tasks/s':>10}{'knarr CPU/task':>16}   (each round: tasks/s)")
+    print(f"\n  {'':40}{'tasks/s':>10}{'knarr CPU/task':>16}   (each round: tasks/s)")
     for label in labels:
         rows = [r[label] for r in rounds]
         middle = sorted(rows, key=lambda row: row.rate)[len(rows) // 2]
         each = ", ".join(f"{row.rate:,.0f}" for row in rows)
-        print(f"  {label:34}{middle.rate:>10,.0f}{middle.cpu_us_per_task:>13,.0f} us   ({each})")
+        print(f"  {label:40}{middle.rate:>10,.0f}{middle.cpu_us_per_task:>13,.0f} us   ({each})")
     spawn = "spawn, one process"
     print()
     for mode in ("persistent", C_PROGRAM):
