@@ -24,7 +24,8 @@ from knarr.config.paths import HandlerSpec
 GC_THRESHOLD = 10_000  # gc_threshold's default (Python's own is 700); engine/event_loop.py says why
 MAX_PROCESSES = 256  # worker processes of one `knarr run`; knarr/supervisor says what they share
 
-__all__ = ["CONFIG_PATH_ENV", "ENV_DELIMITER", "ENV_PREFIX", "KnarrConfig", "debug_ports_problem", "dump_config", "processes_problem"]
+__all__ = ["CONFIG_PATH_ENV", "ENV_DELIMITER", "ENV_PREFIX", "KnarrConfig", "debug_ports_problem", "dump_config",
+           "processes_problem"]
 
 
 class KnarrConfig(Section):
