@@ -252,16 +252,15 @@ async def main() -> int:
     print(f"`knarr run` pods on {os.cpu_count()} CPU(s), max_executors {args.max_executors}: spawn mode over "
           f"{args.messages} messages, persistent over {PERSISTENT_RUN_FACTOR * args.messages}; rates between "
           f"{RATE_FROM:.0%} and {RATE_TO:.0%} committed; {args.rounds} round(s); {pace_text(paces)}", flush=True)
-    built = tempfile.TemporaryDirectory(prefix="knarr-bench-pod-c-")
-    c_program = build_c(C_ECHO, Path(built.name) / "echo_task")
-    if c_program is None:
-        print("  no C compiler (cc or gcc): the C program's rows are left out", flush=True)
-    rounds = []
-    for number in range(args.rounds):
-        print(f"round {number + 1} of {args.rounds} ...", flush=True)
-        rounds.append(one_round(bootstrap, args.messages, args.max_executors, args.processes, c_program,
-                                reverse=number % 2 == 1))
-    built.cleanup()
+    with tempfile.TemporaryDirectory(prefix="knarr-bench-pod-c-") as built:
+        c_program = build_c(C_ECHO, Path(built) / "echo_task")
+        if c_program is None:
+            print("  no C compiler (cc or gcc): the C program's rows are left out", flush=True)
+        rounds = []
+        for number in range(args.rounds):
+            print(f"round {number + 1} of {args.rounds} ...", flush=True)
+            rounds.append(one_round(bootstrap, args.messages, args.max_executors, args.processes, c_program,
+                                    reverse=number % 2 == 1))
     report(rounds, args.processes)
     print(f"  after the rounds: {pace_text(host_pace())}")
     return 0
