@@ -55,7 +55,12 @@ def test_the_operators_lag_readers_survive_a_slow_broker_under_concurrent_reads(
     assert (summary["final_lag"], summary["partitions"]) == (30, 3)
 
 
-def test_a_worker_keeps_its_clients_through_a_slow_broker_and_loses_nothing(private_kafka: PrivateBroker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic member", "static member looking at its group"])
+def test_a_worker_keeps_its_clients_through_a_slow_broker_and_loses_nothing(private_kafka: PrivateBroker, tmp_path: Path,
+                                                                            static: bool) -> None:
+    # A static member also looks at its group every second (admin requests to the group's coordinator,
+    # half of them timing out): nothing it leaves in flight may abort the process, and no look may
+    # mistake the slow broker for partitions without an owner.
     bootstrap = private_kafka.bootstrap
     topic, output = unique_name("slow-in"), unique_name("slow-out")
     create_topic(bootstrap, topic, partitions=3)
@@ -64,7 +69,9 @@ def test_a_worker_keeps_its_clients_through_a_slow_broker_and_loses_nothing(priv
     produce_json(bootstrap, topic, requests, key_fn=lambda r: r["request_id"])
     ends = end_offsets(bootstrap, topic)
     spec = WorkerSpec(bootstrap, topic, unique_name("slow-group"), output, max_executors=2, window_size=10,
-                      max_poll_records=20, session_timeout_ms=30_000, heartbeat_interval_ms=3_000)
+                      max_poll_records=20, session_timeout_ms=30_000, heartbeat_interval_ms=3_000, log_level="INFO",
+                      kafka_extra={"group.instance.id": unique_name("slow-static")} if static else {},
+                      kafka_settings={"ownership_check_seconds": 1} if static else {})
 
     with WorkerFleet(spec, tmp_path, unique_name("knarrslow")) as fleet:
         worker = fleet.start("w1")
@@ -75,6 +82,7 @@ def test_a_worker_keeps_its_clients_through_a_slow_broker_and_loses_nothing(priv
         wait_until(lambda: caught_up(committed_offsets(bootstrap, spec.group, topic), ends), 120,
                    "the group's commits to reach the end of the topic")
         assert worker.terminate() == 0
+        assert not [e for e in worker.log_events() if "rejoining the group" in e.get("event", "")]
 
     summaries = outputs_by_kind(consume_all(bootstrap, output), "message")
     assert {s["request_id"] for s in summaries} == {r["request_id"] for r in requests}

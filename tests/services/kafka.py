@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from knarr.kafka import settings
@@ -178,6 +178,14 @@ def end_offsets(bootstrap: str, topic: str, timeout: float = 10) -> dict[int, in
     requests = {TopicPartition(topic, p): OffsetSpec.latest() for p in _partition_ids(bootstrap, topic)}
     futures = admin.list_offsets(requests, request_timeout=timeout)
     return {tp.partition: fut.result(timeout=timeout).offset for tp, fut in futures.items()}
+
+
+def group_assignment(bootstrap: str, group: str, timeout: float = 10) -> tuple[bool, dict[str, list[int]]]:
+    """Whether ``group`` is stable, and each member's partitions, by its static id (group.instance.id)."""
+    description = _admin(bootstrap).describe_consumer_groups([group], request_timeout=timeout)[group].result(timeout + 5)
+    return description.state == ConsumerGroupState.STABLE, {
+        m.group_instance_id: sorted(tp.partition for tp in m.assignment.topic_partitions) for m in description.members
+    }
 
 
 _COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,

@@ -16,11 +16,12 @@ destroyed at the wrong moment, and Python decides that moment unless we do:
 So every client lives as long as the component that owns it, is closed explicitly by that
 component (close() lets librdkafka finish or cancel its requests before the handle goes),
 and is never left for the garbage collector: callbacks given to a client capture plain
-values, never their owner. knarr sends no admin request that goes to a group coordinator:
-a group's committed offsets are read with a consumer's committed(). AdminClient has no
-close(): the few admin requests knarr makes (creating topics) go through one admin client per
-cluster, kept for the life of the process (`shared_admin`), and every future it returns is
-waited for.
+values, never their owner. A group's committed offsets are read with a consumer's
+committed(), not an admin request. AdminClient has no close(): the few admin requests knarr
+makes (creating topics; with static membership, describing the group and its topic now and
+then) go through one admin client per cluster, kept for the life of the process
+(`shared_admin`), with a request timeout, and every future it returns is waited for before
+its user closes.
 """
 
 from __future__ import annotations

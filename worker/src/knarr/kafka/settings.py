@@ -23,6 +23,8 @@ CONNECTION_PREFIXES = (
 
 Settings = dict[str, Any]
 
+STATIC_MEMBER = "group.instance.id"  # librdkafka's static group membership
+
 # How much the source consumer's client fetches ahead of the worker. The worker's own queue holds
 # what its pool can use (backpressure); the client only needs enough to hide a fetch's round trip.
 # librdkafka's defaults suit a consumer that drains fast: it keeps fetching until a partition has

@@ -42,6 +42,8 @@ offsets_committed = Counter("knarr_offsets_committed_total", "Offset commits", [
 committed_offset = Gauge("knarr_committed_offset", "Last committed offset", ["partition"])
 consumer_lag = Gauge("knarr_consumer_lag", "High watermark minus committed offset", ["partition"])
 assigned_partitions = Gauge("knarr_assigned_partitions", "Partitions assigned to this worker")
+unowned_partitions = Gauge("knarr_unowned_partitions", "Partitions of the topic in no group member's assignment at the last look (static membership only: kafka.ownership_check_seconds)")
+group_rejoins = Counter("knarr_group_rejoins_total", "Times this worker rejoined its group to hand out partitions no member had owned for longer than a rebalance takes")
 handler_duration = LoopHistogram("knarr_handler_duration_seconds", "Time spent in the handler's hooks (those it defines; the others are not called)", ["hook"], buckets=_DURATION_BUCKETS)
 hook_errors = Counter("knarr_hook_errors_total", "Exceptions raised by handler hooks", ["hook"])
 untracked_offsets = Counter("knarr_untracked_offsets_total", "Task source_offsets naming no message of their window")

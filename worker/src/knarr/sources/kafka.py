@@ -27,6 +27,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 
 from knarr.kafka import settings
 from knarr.kafka.clients import close_consumer, open_consumer
+from knarr.kafka.ownership import grace_seconds
 
 from knarr.api.messages import SourceMessage
 from knarr.api.trusted import trusted_builder
@@ -36,11 +37,13 @@ from knarr.observability import metrics
 from knarr.observability.kafka_logs import ClientLog
 from knarr.observability.logging import get_logger
 from knarr.sources.base import AssignFn, RevokeFn
+from knarr.sources.group_check import GroupCheck
 
 log = get_logger(component="kafka-source")
 
 POLL_TIMEOUT_SECONDS = 0.05  # consume() waits this long unless the batch fills: it bounds added latency
 LAG_REFRESH_SECONDS = 5.0
+GROUP_CHECK_SETTLE_SECONDS = 5.0  # on close, the longest wait for a look at the group still in flight
 _message = trusted_builder(SourceMessage)  # every polled message's
 
 
@@ -62,6 +65,7 @@ class KafkaSource:
         self._commit_in_flight = False  # consumer thread: an asynchronous commit awaits its answer
         self._acknowledged: dict[int, int] = {}  # consumer thread: answered commits not yet handed over
         self.high_watermarks: dict[int, int] = {}  # per partition, as of the last lag refresh
+        self._group_check = _group_check(kafka, self._revoke_wait)
 
     @property
     def committed_offsets(self) -> dict[int, int]:
@@ -87,9 +91,11 @@ class KafkaSource:
                 client_log.unreachable(self._conf["bootstrap.servers"], self._startup_timeout, str(exc))
             ) from None
         client_log.quiet = False
-        self._consumer.subscribe(
-            [self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
-        )
+        self._subscribe()
+
+    def _subscribe(self) -> None:
+        assert self._consumer is not None
+        self._consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost)
 
     async def poll(self, max_records: int, commits: dict[int, int]) -> tuple[list[SourceMessage], dict[int, int]]:
         assert self._loop is not None
@@ -134,6 +140,8 @@ class KafkaSource:
             )
         if time.monotonic() - self._lag_at > LAG_REFRESH_SECONDS:
             self._refresh_lag()
+        if self._group_check is not None and (stranded := self._group_check.stranded(time.monotonic())):
+            self._rejoin(stranded)
         done, self._acknowledged = self._acknowledged, {}
         return messages, done
 
@@ -230,6 +238,18 @@ class KafkaSource:
                 continue
             metrics.consumer_lag.labels(str(tp.partition)).set(max(0, high - committed))
 
+    def _rejoin(self, stranded: frozenset[int]) -> None:
+        """Leave the group and join it again: the rebalance that follows hands out what no member owned
+        (this worker's own partitions are drained and committed first, as in any revocation)."""
+        assert self._consumer is not None and self._group_check is not None
+        log.warning("partitions have had no owner in the group for longer than a rebalance takes "
+                    "(a static member killed mid-rebalance leaves them so); rejoining the group to hand them out",
+                    partitions=sorted(stranded), group=self._group_check.group)
+        metrics.group_rejoins.inc()
+        self._consumer.unsubscribe()
+        self._subscribe()
+        self._group_check.rejoined()
+
     def _call_loop(self, coro, timeout: float) -> Any:
         assert self._loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
@@ -264,5 +284,17 @@ class KafkaSource:
             log.error("stopping lost partitions failed", partitions=ids, error=str(exc))
 
     def _close_sync(self) -> None:
+        if self._group_check is not None:
+            self._group_check.settle(GROUP_CHECK_SETTLE_SECONDS)
         consumer, self._consumer = self._consumer, None
         close_consumer(consumer, on_error=lambda error: log.warning("consumer close failed", error=error))
+
+
+def _group_check(kafka: KafkaConfig, revoke_wait: float) -> GroupCheck | None:
+    """The looks for stranded partitions, with static membership only (knarr.kafka.ownership)."""
+    interval = kafka.ownership_check_seconds
+    if settings.STATIC_MEMBER not in kafka.extra or interval == 0:
+        return None
+    grace = grace_seconds(kafka.session_timeout_ms / 1000, revoke_wait, interval)
+    return GroupCheck(settings.connection(kafka.brokers, kafka.extra), kafka.consumer_group, kafka.source_topic,
+                      interval, grace)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from knarr.config.environment import CONFIG_PATH_ENV, ENV_PREFIX, SUPERVISOR_PID_ENV, TERMINATION_LOG_ENV
 from knarr.config.root import KnarrConfig, debug_ports_problem, processes_problem
 from knarr.errors import ConfigError
+from knarr.kafka.settings import STATIC_MEMBER
 
-STATIC_MEMBER = "group.instance.id"  # librdkafka's static group membership
 LOOPBACK = "127.0.0.1"  # a process's own probe server: only its supervisor asks it
 
 
