@@ -50,7 +50,7 @@ class KafkaConfig(Section):
     )
     ownership_check_seconds: float = Field(
         15, ge=0, le=3600,
-        description="With static membership (extra group.instance.id): how often the worker looks at its group for partitions "
+        description="With static membership (extra group.instance.id): how often (give or take a quarter) the worker looks at its group for partitions "
         "no member owns, which a static member killed mid-rebalance can leave behind; one unowned in every look for longer than "
         "a rebalance takes (the session timeout or the revoke drain, whichever is longer, plus this interval) is handed out by "
         "rejoining the group. 0 turns the looks off. Without a static id nothing is looked at: a dead member's session ends and rebalances the group.",

@@ -8,6 +8,7 @@ that fails is logged once (until one succeeds again) and changes nothing.
 
 from __future__ import annotations
 
+import random
 from concurrent.futures import Future, wait
 
 from confluent_kafka import ConsumerGroupState, KafkaException, TopicCollection
@@ -21,6 +22,10 @@ from knarr.observability.logging import get_logger
 log = get_logger(component="kafka-source")
 
 REQUEST_TIMEOUT_SECONDS = 30.0  # a look's requests; a slow broker only delays the next look
+# Each wait between looks is the interval times a random factor in this range, so the members of a group
+# (the processes of a pod start together) do not look in step and rejoin together for the same partitions:
+# the first one's rejoin starts a rebalance, which the others' next look sees.
+JITTER = (0.75, 1.25)
 
 
 class GroupCheck:
@@ -31,7 +36,7 @@ class GroupCheck:
         self._connection = connection
         self._watch = StrandWatch(grace)
         self._pending: tuple[Future, Future] | None = None
-        self._asked_at: float | None = None
+        self._next_at: float | None = None  # when the next look is due
         self._failing = False
 
     def stranded(self, now: float) -> frozenset[int]:
@@ -43,9 +48,9 @@ class GroupCheck:
                 unowned_now = unowned(look)
                 metrics.unowned_partitions.set(len(unowned_now))
                 found = self._watch.observe(now, unowned_now)
-        if self._pending is None and (self._asked_at is None or now - self._asked_at >= self.interval):
+        if self._pending is None and (self._next_at is None or now >= self._next_at):
             self._ask()
-            self._asked_at = now
+            self._next_at = now + self.interval * random.uniform(*JITTER)
         return found
 
     def rejoined(self) -> None:
