@@ -22,7 +22,7 @@ def test_checked_in_crds_match_the_generated_one_run_make_crds_if_not():
 def test_every_worker_kafka_setting_appears_in_camel_case():
     kafka = _spec_props()["kafka"]["properties"]
     assert set(kafka) == {"brokers", "sourceTopic", "consumerGroup", "maxPollRecords", "maxPollIntervalMs", "sessionTimeoutMs",
-                          "heartbeatIntervalMs", "startupTimeoutSeconds", "extra"}
+                          "heartbeatIntervalMs", "startupTimeoutSeconds", "ownershipCheckSeconds", "extra"}
     assert len(kafka) == len(KafkaConfig.model_fields)
 
 
