@@ -229,6 +229,10 @@ class WorkerProcess:
                 continue
         return events
 
+    def rejoins(self) -> list[dict[str, Any]]:
+        """The worker's warnings that it rejoined its group to hand out partitions no member owned."""
+        return [e for e in self.log_events() if "rejoining the group" in e.get("event", "")]
+
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_lines()[-lines:])
 

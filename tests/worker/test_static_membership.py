@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from tests.services.kafka import (
     committed_offsets,
     consume_all,
@@ -34,7 +35,7 @@ from tests.worker.procs import WorkerFleet, WorkerProcess, WorkerSpec, caught_up
 
 pytestmark = pytest.mark.kafka
 
-STATIC_MEMBER = Path(__file__).resolve().parents[1] / "programs" / "static_member.py"
+MEMBER_PROGRAM = Path(__file__).resolve().parents[1] / "programs" / "static_member.py"
 PARTITIONS = 4
 CHECK_SECONDS = 1.0
 SESSION_MS = 6_000
@@ -47,7 +48,7 @@ class Member:
 
     def __init__(self, bootstrap: str, group: str, topic: str, instance: str, events: Path, block: bool) -> None:
         self.events = events
-        argv = [sys.executable, str(STATIC_MEMBER), bootstrap, group, topic, instance, str(events)]
+        argv = [sys.executable, str(MEMBER_PROGRAM), bootstrap, group, topic, instance, str(events)]
         self.proc = subprocess.Popen([*argv, *(["--block-on-revoke"] if block else [])], stdin=subprocess.DEVNULL)
 
     def seen(self) -> list[dict[str, list[int]]]:
@@ -76,9 +77,6 @@ class Stranded:
         """The messages on the stranded partitions the worker has produced output for."""
         outputs = outputs_by_kind(consume_all(self.bootstrap, self.output, timeout=5), "message")
         return self.on_stranded & {(s["partition"], s["offset"]) for s in outputs}
-
-    def rejoins(self) -> list[dict]:
-        return [e for e in self.worker.log_events() if "rejoining the group" in e.get("event", "")]
 
 
 @contextmanager
@@ -126,7 +124,7 @@ def test_partitions_a_static_member_left_unowned_mid_rebalance_are_handed_out_ag
         stable, owners = group_assignment(kafka_bootstrap, stranded.group)
         assert sorted(p for ps in owners.values() for p in ps) == list(range(PARTITIONS)), owners
 
-        rejoins = stranded.rejoins()
+        rejoins = stranded.worker.rejoins()
         assert len(rejoins) == 1 and rejoins[0]["partitions"] == sorted(stranded.given_up), rejoins
         assert stranded.worker.metrics().get("knarr_group_rejoins_total") == 1.0
         assert stranded.worker.terminate() == 0
@@ -138,7 +136,7 @@ def test_without_the_looks_those_partitions_stay_unowned(kafka_bootstrap: str, t
         time.sleep(UNHEALED_WAIT_SECONDS)  # twice the grace the looks would have given them
         stable, owners = group_assignment(kafka_bootstrap, stranded.group)
         assert stable and not set(stranded.given_up) & {p for ps in owners.values() for p in ps}, owners
-        assert stranded.consumed() == set() and stranded.rejoins() == []
+        assert stranded.consumed() == set() and stranded.worker.rejoins() == []
         assert stranded.worker.terminate() == 0
 
 
@@ -163,7 +161,7 @@ def test_a_worker_killed_mid_rebalance_restarts_and_no_partition_is_left_without
         a = fleet.start("a")
         a.wait_consuming()
         wait_until(lambda: committed_offsets(kafka_bootstrap, group, topic), 60, "A to commit its first messages")
-        fleet.start("b", b_spec)
+        b = fleet.start("b", b_spec)
 
         def draining() -> list[int] | None:
             return next((e["partitions"] for e in a.log_events() if e.get("event") == "partitions revoked; draining"), None)
@@ -177,11 +175,11 @@ def test_a_worker_killed_mid_rebalance_restarts_and_no_partition_is_left_without
 
         wait_until(lambda: caught_up(committed_offsets(kafka_bootstrap, group, topic), ends), 120,
                    "the group to commit the end of every partition")
-        rejoins = [e for w in fleet.workers for e in w.log_events() if "rejoining the group" in e.get("event", "")]
+        rejoins = [e for w in fleet.workers for e in w.rejoins()]
         assert rejoins and all(set(e["partitions"]) == set(given_up) for e in rejoins), rejoins
         stable, owners = group_assignment(kafka_bootstrap, group)
         assert sorted(p for ps in owners.values() for p in ps) == list(range(PARTITIONS)), owners
-        assert a2.terminate() == 0 and fleet.workers[1].terminate() == 0
+        assert a2.terminate() == 0 and b.terminate() == 0
 
     summaries = outputs_by_kind(consume_all(kafka_bootstrap, output), "message")
     missing = set(placed) - {(s["partition"], s["offset"]) for s in summaries}

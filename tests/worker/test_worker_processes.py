@@ -169,7 +169,7 @@ def test_worker_processes_killed_again_and_again_lose_nothing(kafka_bootstrap: s
     A static member killed in the middle of a cooperative rebalance can leave partitions with no owner (the follow-up
     rebalance is the dead member's to ask for, and its static successor rejoins without one; seen once in CI,
     partitions 0 and 1 never consumed again): the processes' looks at their group hand them out again (every
-    second here, so the grace is the revoke wait, 15 s)."""
+    second here, so the grace is 16 s: the revoke wait, 15 s, and one look)."""
     topic, output, group = unique_name("procs-kills-in"), unique_name("procs-kills-out"), unique_name("procs-kills")
     create_topic(kafka_bootstrap, topic, PARTITIONS)
     create_topic(kafka_bootstrap, output, 1)
@@ -191,7 +191,9 @@ def test_worker_processes_killed_again_and_again_lose_nothing(kafka_bootstrap: s
         placed = produce_json(kafka_bootstrap, topic, records, key_fn=lambda r: r["request_id"])
         for kill in range(KILLS):
             index = kill % 2
-            time.sleep(pick.uniform(0.3, 2.0))
+            wait_until(lambda: (r := pod.readiness()) and f"{index}: consuming" in r, 90,
+                       f"process {index} to consume before kill {kill + 1}")
+            time.sleep(pick.uniform(0.3, 1.0))
             uncommitted_at_kills.append(uncommitted())
             starts = len(started(pod))
             os.kill(pids_of(pod)[index], signal.SIGKILL)

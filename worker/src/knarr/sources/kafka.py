@@ -138,9 +138,10 @@ class KafkaSource:
                 _message(topic=m.topic(), partition=m.partition(), offset=m.offset(), value=m.value() or b"",
                          key=m.key(), timestamp=ts, payload=None, parse_error=None)
             )
-        if time.monotonic() - self._lag_at > LAG_REFRESH_SECONDS:
+        now = time.monotonic()
+        if now - self._lag_at > LAG_REFRESH_SECONDS:
             self._refresh_lag()
-        if self._group_check is not None and (stranded := self._group_check.stranded(time.monotonic())):
+        if self._group_check is not None and (stranded := self._group_check.stranded(now)):
             self._rejoin(stranded)
         done, self._acknowledged = self._acknowledged, {}
         return messages, done
