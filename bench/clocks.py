@@ -24,8 +24,15 @@ def cpu_children() -> float:
 
 def stat_cpu_seconds(stat: Path) -> float:
     """utime + stime from a /proc stat file (a process's, or one thread's under task/); children not included."""
+    return stat_cpu_and_reaped(stat)[0]
+
+
+def stat_cpu_and_reaped(stat: Path) -> tuple[float, float]:
+    """From a process's /proc stat file: its own CPU seconds (utime + stime), and its reaped children's
+    (cutime + cstime: the children it has waited for, and theirs)."""
     fields = stat.read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
 
 
 def cpu_librdkafka() -> float:

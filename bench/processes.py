@@ -11,7 +11,10 @@ is read in steady state from the group's committed offsets: from the first look 
 of the messages committed to the first that sees RATE_TO (the offsets are looked at every
 POLL_SECONDS), so neither start-up nor the tail weighs in. Its CPU per task is the
 knarr processes' own over that interval (the supervisor and its worker processes, read from
-/proc; the task processes and programs left out). Persistent rows run PERSISTENT_RUN_FACTOR times
+/proc); beside it, over the same interval, what the tasks ran in (spawn mode's task processes, reaped
+by the worker processes; persistent mode's programs) and the local broker, so each row says how busy
+it kept the cores and each ratio to spawn mode is taken apart and bounded (bench/ceilings.py) as make
+bench's are: which share of a miss is CPU per task and which is idle cores. Persistent rows run PERSISTENT_RUN_FACTOR times
 spawn mode's messages, so that the intervals last about as long. Persistent mode runs two programs:
 bench/echo_task.py (Python, on knarr.task, as make bench runs it) and tests/programs/echo_task.c (the
 protocol in C, a program as small as spawn mode's /bin/echo; left out without a C compiler), to
@@ -47,12 +50,13 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-from clocks import stat_cpu_seconds  # noqa: E402
+from ceilings import print_ceilings, taken_apart  # noqa: E402
+from clocks import broker_cpu_seconds, stat_cpu_and_reaped  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 from persistent import ECHO_PROGRAM, PERSISTENT_RUN_FACTOR, SPAWN_BINARY, TARGET_RATIO  # noqa: E402
-from rounds import host_pace, judged, pace_text  # noqa: E402
+from rounds import host_pace, judged, nearest_median, pace_text  # noqa: E402
 from spawn_floor import build_c  # noqa: E402
-from workload import PARTITIONS, WARM_UP_HELP, warm_up  # noqa: E402
+from workload import PARTITIONS, WARM_UP_HELP, Figure, warm_up  # noqa: E402
 
 from knarr.kafka import settings  # noqa: E402
 from knarr.kafka.clients import close_consumer, open_consumer  # noqa: E402
@@ -80,6 +84,8 @@ class Row:
     tasks: int  # committed between the two looks
     seconds: float
     cpu_seconds: float  # the knarr processes', over the same interval
+    tasks_cpu_seconds: float  # what the tasks ran in (task processes or programs), over the same interval
+    broker_cpu_seconds: float | None  # the local broker's, over the same interval (None: not this checkout's)
 
     @property
     def label(self) -> str:
@@ -92,6 +98,11 @@ class Row:
     @property
     def cpu_us_per_task(self) -> float:
         return self.cpu_seconds / self.tasks * 1e6
+
+    def figure(self) -> Figure:
+        """The row as make bench's figures are, for the ceilings and the taking apart (bench/ceilings.py)."""
+        return Figure(self.tasks, self.seconds, self.cpu_seconds, children_cpu_seconds=self.tasks_cpu_seconds,
+                      broker_cpu_seconds=self.broker_cpu_seconds)
 
 
 def pod_config(bootstrap: str, topic: str, group: str, output: str, program: list[str] | None, max_executors: int,
@@ -112,21 +123,47 @@ def pod_config(bootstrap: str, topic: str, group: str, output: str, program: lis
     }
 
 
-def knarr_cpu_seconds(pid: int) -> float:
-    """CPU of ``pid`` and of its direct children that are knarr worker processes (not task processes)."""
-    total = stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
+def _stat(pid: int | str) -> tuple[float, float]:
+    return stat_cpu_and_reaped(Path(f"/proc/{pid}/stat"))
+
+
+def _children(pid: int | str) -> list[str]:
+    found = []
     for thread in Path(f"/proc/{pid}/task").iterdir():
         try:
-            children = (thread / "children").read_text().split()
+            found += (thread / "children").read_text().split()
         except OSError:
             continue
-        for child in children:
-            try:
-                if b"knarr.cli" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    total += stat_cpu_seconds(Path(f"/proc/{child}/stat"))
-            except OSError:
-                continue
-    return total
+    return found
+
+
+def pod_cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds so far of a pod's knarr processes (``pid`` and its children that are knarr worker
+    processes), and of what they ran tasks in: the children they reaped (spawn mode's task processes,
+    a program replaced) and their live children that are not knarr (the programs, task processes
+    running at the look)."""
+    own, reaped = _stat(pid)
+    knarr, tasks = own, reaped
+    workers, others = [], []
+    for child in _children(pid):
+        try:
+            (workers if b"knarr.cli" in Path(f"/proc/{child}/cmdline").read_bytes() else others).append(child)
+        except OSError:
+            continue
+    for worker in workers:
+        try:
+            own, reaped = _stat(worker)
+            others += _children(worker)
+        except OSError:
+            continue
+        knarr, tasks = knarr + own, tasks + reaped
+    for other in others:
+        try:
+            own, reaped = _stat(other)
+        except OSError:
+            continue  # a task process reaped meanwhile: its CPU is its worker's reaped children's at the next look
+        tasks += own + reaped
+    return knarr, tasks
 
 
 def settled(port: int) -> bool:
@@ -176,7 +213,7 @@ def run_pod(bootstrap: str, mode: str, program: list[str] | None, messages: int,
             while last is None:
                 check(f"before {RATE_TO:.0%} of {messages} messages were committed")
                 committed = sum(max(0, tp.offset) for tp in watcher.committed(partitions, timeout=10))
-                look = (time.perf_counter(), committed, knarr_cpu_seconds(pod.pid))
+                look = (time.perf_counter(), committed, *pod_cpu_seconds(pod.pid), broker_cpu_seconds())
                 if first is None and committed >= RATE_FROM * messages:
                     first = look
                     if committed >= RATE_TO * messages:
@@ -194,7 +231,8 @@ def run_pod(bootstrap: str, mode: str, program: list[str] | None, messages: int,
                 except subprocess.TimeoutExpired:
                     pod.kill()
                     pod.wait()
-    return Row(mode, processes, last[1] - first[1], last[0] - first[0], last[2] - first[2])
+    broker = None if first[4] is None or last[4] is None else last[4] - first[4]
+    return Row(mode, processes, last[1] - first[1], last[0] - first[0], last[2] - first[2], last[3] - first[3], broker)
 
 
 def one_round(bootstrap: str, messages: int, max_executors: int, processes: int, c_program: Path | None,
@@ -216,23 +254,47 @@ def report(rounds: list[dict[str, Row]], processes: int) -> None:
     order = ("spawn", "persistent,", C_PROGRAM)
     labels.sort(key=lambda label: (max(i for i, mode in enumerate(order) if label.startswith(mode)),
                                    "--processes" in label))
-    print(f"\n  {'':40}{'tasks/s':>10}{'knarr CPU/task':>16}   (each round: tasks/s)")
+    cores = os.cpu_count() or 1
+    print(f"\n  {'':40}{'tasks/s':>10}{'knarr CPU/task':>16}{'tasks*':>8}{'broker':>8}{'busy cores':>12}"
+          "   (each round: tasks/s)")
     for label in labels:
         rows = [r[label] for r in rounds]
         middle = sorted(rows, key=lambda row: row.rate)[len(rows) // 2]
         each = ", ".join(f"{row.rate:,.0f}" for row in rows)
-        print(f"  {label:40}{middle.rate:>10,.0f}{middle.cpu_us_per_task:>13,.0f} us   ({each})")
+        figure = middle.figure()
+        broker = "" if figure.broker_us is None else f"{figure.broker_us:,.0f} us"
+        busy = (middle.cpu_seconds + middle.tasks_cpu_seconds + (middle.broker_cpu_seconds or 0.0)) / middle.seconds
+        print(f"  {label:40}{middle.rate:>10,.0f}{middle.cpu_us_per_task:>13,.0f} us{figure.children_us:>5,.0f} us"
+              f"{broker:>8}{busy:>7.2f} of {cores}   ({each})")
+    print("  (the round of the median rate; tasks*: CPU per task of what the tasks ran in, spawn mode's task processes "
+          "or persistent mode's programs; broker: the local broker's; busy cores: the three together)")
     spawn = "spawn, one process"
     print()
     for mode in ("persistent", C_PROGRAM):
         for label in (f"{mode}, one process", f"{mode}, --processes {processes}"):
             if label in rounds[0]:
-                judged(f"{label} / {spawn}", [r[label].rate / r[spawn].rate for r in rounds], TARGET_RATIO, 1, "x",
-                       f"{TARGET_RATIO:g}x")
+                ratios = [r[label].rate / r[spawn].rate for r in rounds]
+                judged(f"{label} / {spawn}", ratios, TARGET_RATIO, 1, "x", f"{TARGET_RATIO:g}x")
+                bounded(rounds[nearest_median(ratios)], label, spawn)
     spawn_n = f"spawn, --processes {processes}"
     ratios = sorted(r[spawn_n].rate / r[spawn].rate for r in rounds)
     print(f"  {spawn_n} / spawn, one process: {', '.join(f'{x:.2f}x' for x in ratios)} (the rounds, sorted; no target: "
           "spawn mode's task processes use every core already, one interpreter bounds persistent mode)")
+
+
+def bounded(round_: dict[str, Row], label: str, spawn: str) -> None:
+    """Under a ratio's verdict, for the round nearest its median: what the cores allowed the pod, from the
+    CPU its tasks cost (knarr's, the program's, the broker's), and the ratio taken apart into CPU per task
+    and busy cores (bench/ceilings.py; make bench prints the same for one worker)."""
+    pod, spawned = round_[label].figure(), round_[spawn].figure()
+    if pod.broker_cpu_seconds is None or spawned.broker_cpu_seconds is None:
+        print("      (no bound: the broker's CPU is not known, not this checkout's broker)")
+        return
+    assert pod.broker_us is not None
+    print(f"  {'    its median round, CPU per task: knarr, program, broker':58}"
+          f"{pod.cpu_us:>5.0f}, {pod.children_us:.0f}, {pod.broker_us:.0f} us")
+    print_ceilings("program", pod.children_us, pod.cpu_us, pod.broker_us, spawned.rate, "{:.1f} x spawn mode")
+    taken_apart(pod, spawned, "the pod", "spawn mode")
 
 
 async def main() -> int:

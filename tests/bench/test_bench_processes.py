@@ -30,8 +30,15 @@ def test_a_tiny_pod_bench_runs_every_row_and_judges_every_persistent_ratio(kafka
     modes = ("spawn", "persistent", "persistent, C program")
     labels = [f"{mode}, {n}" for mode in modes for n in ("one process", "--processes 2")]
     for label in labels:
-        row = re.search(rf"^  {re.escape(label)} +([\d,]+) +([\d,]+) us", table, re.MULTILINE)
+        row = re.search(rf"^  {re.escape(label)} +([\d,]+) +([\d,]+) us +([\d,]+) us +(?:[\d,]+ us)? +([\d.]+) of \d+ ",
+                        table, re.MULTILINE)
         assert row and int(row[1].replace(",", "")) > 0 and int(row[2].replace(",", "")) > 0, table
+        assert 0 < float(row[4]), table  # busy cores (the knarr processes', what the tasks ran in, the broker's)
     for ratio in (f"{label} / spawn, one process" for label in labels[2:]):
-        assert re.search(rf"^  {re.escape(ratio)} +[\d.]+x +>= 10x +(PASS|MISS)$", table, re.MULTILINE), table
+        verdict = re.search(rf"^  {re.escape(ratio)} +[\d.]+x +>= 10x +(PASS|MISS)$", table, re.MULTILINE)
+        assert verdict, table
+        # under each verdict, its round taken apart into CPU per task and busy cores (or why not)
+        below = table[verdict.end():].split("\n  persistent", 1)[0]
+        assert re.search(r"taken apart: CPU per task, then busy cores +[\d.]+ x [\d.]+|not this checkout's broker",
+                         below), table
     assert re.search(r"^  spawn, --processes 2 / spawn, one process: [\d.]+x \(the rounds", table, re.MULTILINE), table
