@@ -13,10 +13,10 @@ POLL_SECONDS), so neither start-up nor the tail weighs in. Its CPU per task is t
 knarr processes' own over that interval (the supervisor and its worker processes, read from
 /proc); beside it, over the same interval, what the tasks ran in (spawn mode's task processes, reaped
 by the worker processes; persistent mode's programs) and the local broker, so each row says how busy
-it kept the cores and each ratio to spawn mode is taken apart and bounded (bench/ceilings.py) as make
-bench's are: which share of a miss is CPU per task and which is idle cores. Persistent rows run PERSISTENT_RUN_FACTOR times
-spawn mode's messages, so that the intervals last about as long. Persistent mode runs two programs:
-bench/echo_task.py (Python, on knarr.task, as make bench runs it) and tests/programs/echo_task.c (the
+it kept the cores and each ratio to spawn mode is bounded and taken apart (bench/ceilings.py) as make
+bench's are: which share of a miss is CPU per task and which is idle cores. Persistent rows run
+PERSISTENT_RUN_FACTOR times spawn mode's messages, so that the intervals last about as long.
+Persistent mode runs two programs: bench/echo_task.py (Python, on knarr.task, as make bench runs it) and tests/programs/echo_task.c (the
 protocol in C, a program as small as spawn mode's /bin/echo; left out without a C compiler), to
 tell what the engine costs a task from what a Python program adds. Spawn mode with ``--processes N`` has no
 target: it says whether a second interpreter helps a mode whose task processes fill the cores.
@@ -50,7 +50,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-from ceilings import print_ceilings, taken_apart  # noqa: E402
+from ceilings import print_ceilings, taken_apart, task_cpu_us  # noqa: E402
 from clocks import broker_cpu_seconds, stat_cpu_and_reaped  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 from persistent import ECHO_PROGRAM, PERSISTENT_RUN_FACTOR, SPAWN_BINARY, TARGET_RATIO  # noqa: E402
@@ -263,7 +263,7 @@ def report(rounds: list[dict[str, Row]], processes: int) -> None:
         each = ", ".join(f"{row.rate:,.0f}" for row in rows)
         figure = middle.figure()
         broker = "" if figure.broker_us is None else f"{figure.broker_us:,.0f} us"
-        busy = (middle.cpu_seconds + middle.tasks_cpu_seconds + (middle.broker_cpu_seconds or 0.0)) / middle.seconds
+        busy = figure.rate * task_cpu_us(figure) / 1e6
         print(f"  {label:40}{middle.rate:>10,.0f}{middle.cpu_us_per_task:>13,.0f} us{figure.children_us:>5,.0f} us"
               f"{broker:>8}{busy:>7.2f} of {cores}   ({each})")
     print("  (the round of the median rate; tasks*: CPU per task of what the tasks ran in, spawn mode's task processes "
