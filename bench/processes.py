@@ -43,6 +43,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -121,6 +122,16 @@ def pod_config(bootstrap: str, topic: str, group: str, output: str, program: lis
         "metrics": {"enabled": True, "host": "127.0.0.1", "port": port},
         "logging": {"level": "WARNING", "format": "json"},
     }
+
+
+class _Look(NamedTuple):
+    """What one look at a running pod saw: the time, the messages committed, and CPU seconds so far."""
+
+    at: float
+    committed: int
+    knarr_cpu: float  # the supervisor's and its worker processes'
+    tasks_cpu: float  # what the tasks ran in (pod_cpu_seconds)
+    broker_cpu: float | None  # the local broker's (None: not this checkout's)
 
 
 def _stat(pid: int | str) -> tuple[float, float]:
@@ -213,7 +224,7 @@ def run_pod(bootstrap: str, mode: str, program: list[str] | None, messages: int,
             while last is None:
                 check(f"before {RATE_TO:.0%} of {messages} messages were committed")
                 committed = sum(max(0, tp.offset) for tp in watcher.committed(partitions, timeout=10))
-                look = (time.perf_counter(), committed, *pod_cpu_seconds(pod.pid), broker_cpu_seconds())
+                look = _Look(time.perf_counter(), committed, *pod_cpu_seconds(pod.pid), broker_cpu_seconds())
                 if first is None and committed >= RATE_FROM * messages:
                     first = look
                     if committed >= RATE_TO * messages:
@@ -231,8 +242,10 @@ def run_pod(bootstrap: str, mode: str, program: list[str] | None, messages: int,
                 except subprocess.TimeoutExpired:
                     pod.kill()
                     pod.wait()
-    broker = None if first[4] is None or last[4] is None else last[4] - first[4]
-    return Row(mode, processes, last[1] - first[1], last[0] - first[0], last[2] - first[2], last[3] - first[3], broker)
+    broker = None if first.broker_cpu is None or last.broker_cpu is None else last.broker_cpu - first.broker_cpu
+    return Row(mode, processes, tasks=last.committed - first.committed, seconds=last.at - first.at,
+               cpu_seconds=last.knarr_cpu - first.knarr_cpu, tasks_cpu_seconds=last.tasks_cpu - first.tasks_cpu,
+               broker_cpu_seconds=broker)
 
 
 def one_round(bootstrap: str, messages: int, max_executors: int, processes: int, c_program: Path | None,
