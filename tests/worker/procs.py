@@ -131,7 +131,8 @@ class WorkerProcess:
         self.log_path = workdir / f"{marker}-{name}.log"
         self.config_path.write_text(yaml.safe_dump(spec.config(self.port), sort_keys=False))
         self.argv = [str(KNARR), "run", "--config", str(self.config_path), "--handler", handler, *args]
-        self.env = {**os.environ, MARKER_ENV: marker, "WORKER_ID": f"{marker}-{name}", "PYTHONUNBUFFERED": "1"}
+        self.env = {**os.environ, MARKER_ENV: marker, "WORKER_ID": f"{marker}-{name}", "PYTHONUNBUFFERED": "1",
+                    "TMPDIR": str(workdir)}  # what a killed worker leaves there goes with the test's directory
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> WorkerProcess:

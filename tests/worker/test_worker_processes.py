@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from knarr.supervisor import scratch
 from tests.services.kafka import (
     Message,
     committed_offsets,
@@ -228,6 +229,10 @@ def test_a_killed_supervisor_takes_its_processes_with_it(kafka_bootstrap: str, t
         wait_until(lambda: not any(alive(pid) for pid in children), 60, "the worker processes to stop")
         stopped = [e for e in pod.log_events() if e.get("event") == "worker stopped"]
         assert len(stopped) == 2 and all(e["clean"] for e in stopped)  # each drained on the kernel's SIGTERM
+    # Its scratch directory is left, held by nobody: the next supervisor to start there removes it.
+    left = [str(path) for path in tmp_path.glob(f"{scratch.PREFIX}*")]
+    assert len(left) == 1
+    assert scratch.sweep(str(tmp_path), now=time.time() + scratch.IN_THE_MAKING + 1) == left
 
 
 def test_a_process_that_exits_by_itself_stops_the_pod_with_its_reason(kafka_bootstrap: str, tmp_path: Path) -> None:

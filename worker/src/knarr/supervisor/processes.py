@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from knarr.supervisor.exposition import merged
 from knarr.supervisor.machine import free_port
 from knarr.supervisor.outcome import Ended, ended_by_itself, signal_name, stopped
 from knarr.supervisor.plan import LOOPBACK, Member
+from knarr.supervisor.scratch import ScratchDir
 
 POLL_SECONDS = 1.0  # how often each process's /readyz and /healthz are asked
 ASK_TIMEOUT_SECONDS = 2.0  # one answer of a process's probe server
@@ -69,12 +69,12 @@ class Supervisor:
         self.config_path = config_path
         self.base_env = dict(os.environ if env is None else env)
         try:  # each process's termination message is written here, for the pod's own
-            self._dir = tempfile.mkdtemp(prefix="knarr-supervisor-")
+            self._scratch = ScratchDir()
         except OSError as exc:
             raise UnavailableError(f"cannot make a directory for the worker processes' exit reasons under "
                                    f"{tempfile.gettempdir()}: {exc.strerror or exc}; point TMPDIR at a writable "
                                    "directory (the operator's pods have /tmp)") from None
-        self.processes = [WorkerProcess(m, os.path.join(self._dir, f"process-{m.index}.termination"))
+        self.processes = [WorkerProcess(m, os.path.join(self._scratch.path, f"process-{m.index}.termination"))
                           for m in members]
         self._stopping = False
         self._stop = asyncio.Event()
@@ -97,7 +97,7 @@ class Supervisor:
         try:
             return await self._run()
         finally:
-            shutil.rmtree(self._dir, ignore_errors=True)  # after _exit() has read the processes' termination messages
+            self._scratch.release()  # after _exit() has read the processes' termination messages
 
     async def _run(self) -> int:
         configure_logging(self.config.logging.level, self.config.logging.format)
@@ -110,6 +110,8 @@ class Supervisor:
                                   failure=self.failure, exposition=self.exposition)
             await server.start()
             log.info("probes listening", host=self.config.metrics.host, port=server.port)
+        if self._scratch.swept:
+            log.info("removed scratch directories that killed supervisors left", paths=self._scratch.swept)
         log.info("starting worker processes", processes=len(self.processes),
                  max_executors=[p.member.max_executors for p in self.processes])
         async with httpx.AsyncClient(timeout=ASK_TIMEOUT_SECONDS) as self._client:
