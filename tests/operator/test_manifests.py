@@ -165,6 +165,28 @@ def test_with_keda_a_scaled_object_owns_the_replica_count(sample_spec):
     assert trigger["metadata"]["lagThreshold"] == "1000"
 
 
+def keda_range(spec, partitions):
+    operator, worker = split_spec(spec)
+    scaled = by_kind(render_children(PIPELINE, operator, render_worker_config(worker), None, partitions=partitions))["ScaledObject"]
+    return scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]
+
+
+def test_with_keda_pods_of_several_processes_are_capped_at_the_partitions_over_the_consumers_a_pod_brings(sample_spec):
+    sample_spec["scaling"].update(engine="keda", minReplicas=1, maxReplicas=10)
+    sample_spec["processes"] = 3
+    assert keda_range(sample_spec, None) == (1, 10)  # the partitions not seen yet: the spec's range
+    assert keda_range(sample_spec, 8) == (1, 3)  # 8 partitions, 3 consumers a pod: 3 pods (the last with 2)
+    assert keda_range(sample_spec, 64) == (1, 10)
+    sample_spec["processes"] = 0
+    sample_spec["resources"] = {"limits": {"cpu": "1500m"}}  # one process per CPU of the limit: 2 a pod
+    assert keda_range(sample_spec, 8) == (1, 4)
+
+
+def test_with_keda_pods_of_one_process_leave_the_partition_cap_to_kedas_own(sample_spec):
+    sample_spec["scaling"].update(engine="keda", minReplicas=2, maxReplicas=10)
+    assert keda_range(sample_spec, 4) == (2, 10)  # allowIdleConsumers false: KEDA stops at one pod a partition
+
+
 def test_with_keda_the_lag_counts_from_the_earliest_offset_like_the_workers_and_the_spec_tunes_the_trigger(sample_spec):
     sample_spec["scaling"].update(engine="keda", keda={"activationLagThreshold": 50, "limitToPartitionsWithLag": True, "excludePersistentLag": True})
     (trigger,) = by_kind(render(sample_spec))["ScaledObject"]["spec"]["triggers"]

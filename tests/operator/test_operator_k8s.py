@@ -227,6 +227,17 @@ def test_with_keda_a_scaled_object_is_rendered_and_replicas_left_to_it(api, oper
     wait_for(lambda: get(api, "keda.sh/v1alpha1", "ScaledObject", ns, "search") is None, 60, "ScaledObject removed")
 
 
+def test_with_keda_pods_of_two_processes_stop_at_half_the_partitions_once_the_operator_has_seen_them(
+        api, operator, ns, kafka_bootstrap, topic):
+    spec = spec_for(kafka_bootstrap, topic, engine="keda", minReplicas=1, maxReplicas=10)
+    spec["processes"] = 2  # two consumers a pod: KEDA alone would go to one pod per partition
+    create_pipeline(api, ns, "search", spec)
+    wait_for(lambda: (get(api, "keda.sh/v1alpha1", "ScaledObject", ns, "search") or {}).get("spec", {})
+             .get("maxReplicaCount") == 2, 60, "KEDA's range capped at the 4 partitions / 2 consumers a pod")
+    assert pipeline(api, ns, "search")["status"]["partitions"] == 4
+    assert get(api, "keda.sh/v1alpha1", "ScaledObject", ns, "search")["spec"]["minReplicaCount"] == 1
+
+
 def test_backfills_become_spark_applications_whose_state_is_mirrored_and_not_rerun(api, operator, ns, kafka_bootstrap, topic):
     create_pipeline(api, ns, "search", spec_for(kafka_bootstrap, topic))
     name = "search-replay-2026-11-01"

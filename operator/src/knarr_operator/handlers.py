@@ -154,7 +154,8 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
     secrets = _read_secrets(api, ref, wanted)
     digest = secrets_digest(wanted, secrets) if wanted and secrets is not None else None
     children = render_children(ref, spec_run, config_run, replicas.replicas, digest,
-                               resume_replicas=replicas.resume_replicas, workload_hash=key_run)
+                               resume_replicas=replicas.resume_replicas, workload_hash=key_run,
+                               partitions=status.get("partitions"))
     for manifest in children.workload:
         outcome = api.apply(manifest)
         if outcome != "unchanged":

@@ -11,6 +11,7 @@ from typing import Any
 
 from knarr_operator.keda_auth import KedaKafkaAuth
 from knarr_operator.manifests.meta import PipelineRef, metadata
+from knarr_operator.scaling import bounds
 from knarr_operator.spec import Scaling
 from knarr_operator.worker_config import WorkerConfig
 
@@ -28,8 +29,17 @@ def keda_auth_config_map_name(pipeline: PipelineRef) -> str:
     return f"{pipeline.name}-keda-auth"
 
 
-def scaled_object(pipeline: PipelineRef, scaling: Scaling, config: WorkerConfig, auth: KedaKafkaAuth, *, suspended: bool = False) -> dict[str, Any]:
-    """``suspended``: KEDA holds the workers at zero (it would scale them back up to minReplicaCount)."""
+def scaled_object(pipeline: PipelineRef, scaling: Scaling, config: WorkerConfig, auth: KedaKafkaAuth, *, suspended: bool = False,
+                  partitions: int | None = None, consumers_per_pod: int = 1) -> dict[str, Any]:
+    """``suspended``: KEDA holds the workers at zero (it would scale them back up to minReplicaCount).
+
+    KEDA's Kafka scaler counts a pod as one consumer: it stops at one pod per partition. A pod of
+    ``consumers_per_pod`` worker processes is that many consumers, so once the topic's ``partitions``
+    are known (the operator's last look at the lag) the replica range is capped as the builtin engine
+    caps it: never more pods than the partitions / the consumers a pod brings."""
+    low, high = scaling.min_replicas, scaling.max_replicas
+    if partitions and consumers_per_pod > 1:
+        low, high = bounds(scaling, partitions, consumers_per_pod)
     kafka = config.validated.kafka
     meta = metadata(pipeline, pipeline.name, WORKER)
     if suspended:
@@ -59,8 +69,8 @@ def scaled_object(pipeline: PipelineRef, scaling: Scaling, config: WorkerConfig,
         "metadata": meta,
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": pipeline.name},
-            "minReplicaCount": scaling.min_replicas,
-            "maxReplicaCount": scaling.max_replicas,
+            "minReplicaCount": low,
+            "maxReplicaCount": high,
             "advanced": {
                 "horizontalPodAutoscalerConfig": {
                     "behavior": {"scaleDown": {"stabilizationWindowSeconds": scaling.scale_down_delay_seconds}}

@@ -24,6 +24,7 @@ from knarr_operator.manifests.workload import (
     disruption_budget,
     metrics_service,
 )
+from knarr_operator.scaling import consumers_per_pod
 from knarr_operator.spec import OperatorSpec
 from knarr_operator.worker_config import WorkerConfig
 
@@ -47,12 +48,14 @@ def render_children(
     *,
     resume_replicas: int | None = None,
     workload_hash: str | None = None,
+    partitions: int | None = None,
 ) -> Children:
     """``replicas``: the Deployment's count under the builtin engine, and 0 with either while suspended.
 
     ``secrets_digest``: of the Secrets the workers read (None: none referenced, or not readable).
     ``resume_replicas``: remembered on the Deployment while ``spec.suspend`` holds it at zero.
     ``workload_hash``: the spec the workers run (see :mod:`knarr_operator.rollout`).
+    ``partitions``: the source topic's, as last seen (None: not yet); KEDA's replica range is capped by them.
     """
     keda = spec.scaling.engine == "keda"
     count = 0 if spec.suspend else None if keda else replicas
@@ -71,7 +74,9 @@ def render_children(
     else:
         absent.append((KEDA, "TriggerAuthentication", trigger_authentication_name(pipeline)))
     if auth is not None:
-        workload.append(with_spec_hash(scaled_object(pipeline, spec.scaling, config, auth, suspended=spec.suspend)))
+        per_pod = consumers_per_pod(config.validated.processes, spec.resources.limits.get("cpu"))
+        workload.append(with_spec_hash(scaled_object(pipeline, spec.scaling, config, auth, suspended=spec.suspend,
+                                                     partitions=partitions, consumers_per_pod=per_pod)))
     else:
         absent.append((KEDA, "ScaledObject", pipeline.name))
     workload += [
