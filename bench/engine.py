@@ -13,8 +13,9 @@ one Kafka output per message, default settings:
     times the messages (--persistent-messages), so that its run lasts about as long as spawn mode's; and
     once more held to spawn mode's rate (each task waits in its program): what the event loop's
     bookkeeping costs per task at that pace, without a single spawn; and persistent mode's floor in
-    Python (bench/python_floor.py): the same workload through the least any Python worker does; and
-    persistent mode with its programs polling stdin after each answer (knarr.task's poll_seconds)
+    Python (bench/python_floor.py): the same workload through the least any Python worker does, and
+    that floor again with a request ahead per program (what sparing the programs' wake-ups is worth);
+    and persistent mode with its programs polling stdin after each answer (knarr.task's poll_seconds)
   - the flight recorder's cost: throughput with debug off and on, alternating (bench/recorder.py)
                                                                              target <= 5 %
 
@@ -155,10 +156,10 @@ async def persistent_row(bootstrap: str, messages: int, max_executors: int, dela
     return figure
 
 
-async def python_floor_row(bootstrap: str, messages: int, max_executors: int) -> Figure:
+async def python_floor_row(bootstrap: str, messages: int, max_executors: int, ahead: int = 1) -> Figure:
     """Persistent mode's floor in Python on the same workload (bench/python_floor.py, through
-    bench/persistent.py)."""
-    return await persistent.python_floor(bootstrap, messages, max_executors)
+    bench/persistent.py); ``ahead``: requests a program may have at once."""
+    return await persistent.python_floor(bootstrap, messages, max_executors, ahead)
 
 
 @dataclass
@@ -207,7 +208,7 @@ async def run_round(number: int, total: int, bootstrap: str, topic: str, ends: d
 def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], a_ref: Figure,
            b_unpaused: Figure | None, a_thread: Figure | None = None, b_thread: Figure | None = None,
            paced: Figure | None = None, least: Figure | None = None, polled: Figure | None = None,
-           paces: list[float] | None = None, warmed: str = "") -> None:
+           paces: list[float] | None = None, warmed: str = "", ahead: Figure | None = None) -> None:
     """The figures. The two ratios are read from rounds (a C floor, spawn mode and persistent mode back to
     back): the median of the rounds' ratios is the verdict, a bootstrap interval beside it; the round
     nearest that median is shown in detail. (a) ran twice, before and after the diagnostics: the better run."""
@@ -275,6 +276,10 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
                   f"= {least.rate / spawned.rate:.1f} x spawn mode, {least.cpu_us:.0f} us CPU/task")
             print(f"  {'    persistent mode / the Python floor':58}{kept.rate / least.rate:>14.2f}  "
                   f"({kept.cpu_us / least.cpu_us:.1f} x its CPU per task)")
+        if least is not None and ahead is not None:
+            print(f"  {'    the Python floor, a request ahead per program':58}{ahead.rate:>10.0f} /s  "
+                  f"= {ahead.rate / least.rate:.2f} x the floor, {ahead.cpu_us:.0f} us CPU/task, "
+                  f"its programs {ahead.children_us:.0f} us ({least.children_us:.0f} us)")
     else:
         why = "(skipped: --skip-persistent)" if args.skip_persistent else "(bench/persistent.py not present)"
         print(f"  {'persistent mode':58}{why:>14}")
@@ -376,7 +381,7 @@ async def main() -> int:
         b_unpaused, _ = await engine_run(bootstrap, unpaused_topic, unpaused_ends, args.max_executors, executor=never)
     print("    reference: asyncio subprocess spawn rate ...", file=sys.stderr)
     a_ref = await asyncio_spawn_rate(args.spawns, args.max_executors)
-    paced = least = polled = None
+    paced = least = polled = ahead = None
     if first.kept is not None:
         # Held to spawn mode's rate: each task sleeps in its program for what a slot's turn takes at
         # that rate beyond what it takes at full speed. No process is spawned, so the event loop's CPU
@@ -391,12 +396,17 @@ async def main() -> int:
         polled = await persistent_row(bootstrap, many, args.max_executors, poll_us=POLL_US)
         print("    persistent mode's floor in Python, same workload ...", file=sys.stderr)
         least = await python_floor_row(bootstrap, many, args.max_executors)
+        # The engine gives a program one request at a time, so each request wakes the program it goes to
+        # (docs/performance.md, "The write that wakes a program"); with the next one already in its stdin
+        # a busy program finds it there. What that is worth where nothing else costs anything:
+        print("    the same floor, a request ahead per program ...", file=sys.stderr)
+        ahead = await python_floor_row(bootstrap, many, args.max_executors, ahead=2)
     print("(a) raw spawn rate, again ...", file=sys.stderr)
     spawns.append(await spawn_rate(args.spawns, args.max_executors, runner))
     for number in range(2, args.rounds + 1):
         rounds.append(await run_round(number, args.rounds, bootstrap, *round_topics[number - 1], args, many))
     paces += host_pace()
-    report(args, rounds, spawns, a_ref, b_unpaused, a_thread, b_thread, paced, least, polled, paces, warmed)
+    report(args, rounds, spawns, a_ref, b_unpaused, a_thread, b_thread, paced, least, polled, paces, warmed, ahead)
 
     if args.recorder_messages:
         print("flight recorder off and on, alternating (bench/recorder.py) ...", file=sys.stderr)

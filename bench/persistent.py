@@ -250,13 +250,15 @@ async def _one_worker(spec: dict) -> int:
     return 0
 
 
-async def python_floor(bootstrap: str, messages: int, max_executors: int) -> Figure:
+async def python_floor(bootstrap: str, messages: int, max_executors: int, ahead: int = 1) -> Figure:
     """Persistent mode's floor in Python (bench/python_floor.py) on a fresh topic of the same workload,
-    in a process of its own: what any Python worker pays at least, beside what the engine pays."""
+    in a process of its own: what any Python worker pays at least, beside what the engine pays.
+    ``ahead``: requests a program may have at once (2: its next one waits in its stdin)."""
     topic, ends = prefill(bootstrap, messages)
     output = unique_name("bench-python-floor-out")
     create_topic(bootstrap, output, 1)
-    spec = {"bootstrap": bootstrap, "topic": topic, "ends": ends, "output": output, "slots": max_executors}
+    spec = {"bootstrap": bootstrap, "topic": topic, "ends": ends, "output": output, "slots": max_executors,
+            "ahead": ahead}
     child = await asyncio.create_subprocess_exec(sys.executable, str(BENCH / "python_floor.py"), json.dumps(spec),
                                                  stdout=asyncio.subprocess.PIPE)
     out, _ = await asyncio.wait_for(child.communicate(), 900)

@@ -16,6 +16,9 @@ to that last commit. It is a floor for comparison, not a worker: it handles no f
     python bench/python_floor.py '{"bootstrap": ..., "topic": ..., "ends": {...}, "output": ..., "slots": 4}'
 
 prints one line, ``RESULT {json}``: bench/persistent.py's ``python_floor`` runs it and reads it.
+Optional keys: ``group`` (the consumer group; default ``<topic>-python-floor``) and ``ahead``: how many
+requests a program may have at once (default 1, as the engine; 2 writes its next request while it
+runs the current one, so a busy program finds it waiting and is not woken for it).
 """
 
 from __future__ import annotations
@@ -44,9 +47,9 @@ COMMIT_EVERY_SECONDS = 0.05
 
 
 class Programs:
-    """``slots`` echo programs, each running one task at a time."""
+    """``slots`` echo programs, each running one task at a time, with up to ``ahead`` - 1 more waiting in its stdin."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, ahead: int = 1) -> None:
         self.procs = [subprocess.Popen(ECHO_PROGRAM, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
                       for _ in range(slots)]
         self.decoders = [Decoder() for _ in self.procs]
@@ -57,15 +60,17 @@ class Programs:
         for i in range(slots):  # each says hello first
             while not self._frames(i):
                 pass
-        self.free = list(range(slots))
-        self.running: dict[int, tuple[int, int]] = {}  # program -> (partition, offset) of its task
+        self.free = [i for _ in range(ahead) for i in range(slots)]
+        self.running: dict[int, deque[tuple[int, int]]] = {i: deque() for i in range(slots)}
+        self.in_flight = 0
 
     def _frames(self, i: int) -> list:
         return self.decoders[i].feed(os.read(self.procs[i].stdout.fileno(), 65536))
 
     def send(self, partition: int, offset: int) -> None:
         i = self.free.pop()
-        self.running[i] = (partition, offset)
+        self.running[i].append((partition, offset))
+        self.in_flight += 1
         os.write(self.procs[i].stdin.fileno(), encode({
             "type": "task", "id": f"{partition}:{offset}", "args": [f"{partition}:{offset}"], "env": {},
             "timeout_seconds": 30}))
@@ -76,7 +81,8 @@ class Programs:
         for fd, _ in self.poller.poll(timeout):
             i = self.by_fd[fd]
             for frame in self._frames(i):
-                partition, offset = self.running.pop(i)
+                partition, offset = self.running[i].popleft()
+                self.in_flight -= 1
                 self.free.append(i)
                 done.append((partition, offset, frame.parts[0]))
         return done
@@ -117,7 +123,7 @@ class Watermark:
 
 def run(spec: dict) -> dict:
     topic, ends = spec["topic"], {int(p): end for p, end in spec["ends"].items()}
-    consumer = Consumer({"bootstrap.servers": spec["bootstrap"], "group.id": f"{topic}-python-floor",
+    consumer = Consumer({"bootstrap.servers": spec["bootstrap"], "group.id": spec.get("group", f"{topic}-python-floor"),
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     producer = Producer({"bootstrap.servers": spec["bootstrap"], "linger.ms": 5, "enable.idempotence": True,
@@ -138,17 +144,17 @@ def run(spec: dict) -> dict:
 
     while finished < total:
         if len(queue) < 1000:
-            idle = not queue and not (programs and programs.running) and not len(producer)
+            idle = not queue and not (programs and programs.in_flight) and not len(producer)
             batch = consumer.consume(500, 0.5 if idle and first is None else 0.001 if idle else 0)
             if batch and first is None:
                 first = {"at": time.perf_counter(), "cpu": cpu_self(), "loop": time.thread_time(),
                          "broker": broker_cpu_seconds()}
-                programs = Programs(spec["slots"])
+                programs = Programs(spec["slots"], spec.get("ahead", 1))
             queue.extend((m.partition(), m.offset()) for m in batch if m.error() is None)
         if programs is not None:
             while programs.free and queue:
                 programs.send(*queue.popleft())
-            for partition, offset, stdout in programs.answers(0.01 if programs.running else 0):
+            for partition, offset, stdout in programs.answers(0.01 if programs.in_flight else 0):
                 producer.produce(spec["output"], json.dumps({"echo": stdout.decode()}).encode(),
                                  on_delivery=partial(delivered, partition, offset))
         producer.poll(0)

@@ -36,6 +36,7 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
                 "a task process in (b): its CPU", "ceiling, a worker costing nothing: cores / (child in (b) + broker)",
                 "persistent mode paced to spawn mode", "its event loop CPU per task, against at full speed",
                 "the Python floor: no engine (bench/python_floor.py)", "persistent mode / the Python floor",
+                "the Python floor, a request ahead per program",
                 "its programs polling stdin, then blocking (poll_seconds)",
                 "the loop, the program: CPU per task, polling against not"):
         assert row in table, f"{row!r} missing from:\n{table}"
@@ -58,6 +59,8 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
         assert cpu * busy == pytest.approx(fast / slow, rel=0.02, abs=0.02), table
     floor = re.search(r"the Python floor: no engine \(bench/python_floor.py\) +(\d+) /s", table)
     assert floor and int(floor[1]) > 0, table  # every message of its own topic went through it
+    ahead = re.search(r"the Python floor, a request ahead per program +(\d+) /s", table)
+    assert ahead and int(ahead[1]) > 0, table
     assert "recorder" in table.lower()
     # untimed runs until the broker's CPU per task settles, each run's figure shown
     warm_up = r"warm-up: \d untimed run\(s\) of 300 messages; the broker's CPU per task in each: (\d+ us|not measured)"
