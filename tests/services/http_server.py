@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.services.jsonl import written_lines
 SERVER = Path(__file__).resolve().parents[1] / "programs" / "http_sink_server.py"
 
 
@@ -90,9 +91,7 @@ class HttpSinkServer:
 
     def requests(self, method: str | None = "POST") -> list[dict[str, Any]]:
         """Every recorded request (of ``method``), across restarts, in arrival order."""
-        if not self.record.exists():
-            return []
-        entries = [json.loads(line) for line in self.record.read_text().splitlines() if line]
+        entries = written_lines(self.record)  # (the server appends to it meanwhile)
         return [e for e in entries if method is None or e["method"] == method]
 
     def accepted(self) -> list[Any]:

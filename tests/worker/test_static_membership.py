@@ -11,7 +11,6 @@ that would hand them out. The worker sees them unowned in its looks at the group
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.services.jsonl import written_lines
 from tests.services.kafka import (
     committed_offsets,
     consume_all,
@@ -52,9 +52,7 @@ class Member:
         self.proc = subprocess.Popen([*argv, *(["--block-on-revoke"] if block else [])], stdin=subprocess.DEVNULL)
 
     def seen(self) -> list[dict[str, list[int]]]:
-        if not self.events.exists():
-            return []
-        return [json.loads(line) for line in self.events.read_text().splitlines() if line.strip()]
+        return written_lines(self.events)  # (the member appends to it meanwhile)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
