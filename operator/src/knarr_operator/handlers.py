@@ -35,7 +35,7 @@ from knarr_operator.manifests.meta import PIPELINE_LABEL, RESUME_REPLICAS_ANNOTA
 from knarr_operator.manifests.workload import WORKER, last_ready_config_map, last_ready_name
 from knarr_operator.preflight import check_debug_volume, preflight
 from knarr_operator.rollout import RolloutPlan, RolloutState, plan_rollout, rolled_back_message, with_workload, workload, workload_hash
-from knarr_operator.scaling import ReplicaPlan, consumers_per_pod, decide, plan_replicas
+from knarr_operator.scaling import ReplicaPlan, decide, plan_replicas, pod_consumers
 from knarr_operator.settings import OperatorSettings
 from knarr_operator.spec import OperatorSpec, SpecError, split_spec
 from knarr_operator.timestamps import format_time, parse_time
@@ -181,8 +181,8 @@ def _sync(body: Mapping[str, Any], patch: kopf.Patch) -> None:
 
     desired = current if current is not None else spec.scaling.min_replicas
     if spec.scaling.engine == "builtin" and lag is not None and not spec.suspend:
-        per_pod = consumers_per_pod(config_run.validated.processes, spec_run.resources.limits.get("cpu"))
-        desired = _autoscale(body, api, ref, spec.scaling, lag, status, new_status, consumers_per_pod=per_pod)
+        desired = _autoscale(body, api, ref, spec.scaling, lag, status, new_status,
+                             consumers_per_pod=pod_consumers(spec_run, config_run))
 
     new_status["backfills"] = _sync_backfills(body, api, ref, spec_run, children.backfills, status)
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from kubernetes.utils.quantity import parse_quantity
 
-from knarr_operator.spec import Scaling
+from knarr_operator.spec import OperatorSpec, Scaling
+from knarr_operator.worker_config import WorkerConfig
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,11 @@ def consumers_per_pod(processes: int, cpu_limit: str | int | float | None) -> in
     except ValueError:  # the Deployment's apply names a malformed quantity
         return 1
     return max(1, math.ceil(cpus))
+
+
+def pod_consumers(spec: OperatorSpec, config: WorkerConfig) -> int:
+    """The consumers one of the Pipeline's worker pods brings (consumers_per_pod of its processes and CPU limit)."""
+    return consumers_per_pod(config.validated.processes, spec.resources.limits.get("cpu"))
 
 
 def bounds(scaling: Scaling, partitions: int, consumers_per_pod: int = 1) -> tuple[int, int]:

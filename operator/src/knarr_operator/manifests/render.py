@@ -24,7 +24,7 @@ from knarr_operator.manifests.workload import (
     disruption_budget,
     metrics_service,
 )
-from knarr_operator.scaling import consumers_per_pod
+from knarr_operator.scaling import pod_consumers
 from knarr_operator.spec import OperatorSpec
 from knarr_operator.worker_config import WorkerConfig
 
@@ -74,9 +74,8 @@ def render_children(
     else:
         absent.append((KEDA, "TriggerAuthentication", trigger_authentication_name(pipeline)))
     if auth is not None:
-        per_pod = consumers_per_pod(config.validated.processes, spec.resources.limits.get("cpu"))
         workload.append(with_spec_hash(scaled_object(pipeline, spec.scaling, config, auth, suspended=spec.suspend,
-                                                     partitions=partitions, consumers_per_pod=per_pod)))
+                                                     partitions=partitions, consumers_per_pod=pod_consumers(spec, config))))
     else:
         absent.append((KEDA, "ScaledObject", pipeline.name))
     workload += [
