@@ -60,9 +60,14 @@ class Programs:
         for i in range(slots):  # each says hello first
             while not self._frames(i):
                 pass
-        self.free = [i for _ in range(ahead) for i in range(slots)]
+        self.free = [i for _ in range(ahead) for i in range(slots)]  # a program once per request it may take
+        self.places = len(self.free)
         self.running: dict[int, deque[tuple[int, int]]] = {i: deque() for i in range(slots)}
-        self.in_flight = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not answered yet."""
+        return self.places - len(self.free)
 
     def _frames(self, i: int) -> list:
         return self.decoders[i].feed(os.read(self.procs[i].stdout.fileno(), 65536))
@@ -70,7 +75,6 @@ class Programs:
     def send(self, partition: int, offset: int) -> None:
         i = self.free.pop()
         self.running[i].append((partition, offset))
-        self.in_flight += 1
         os.write(self.procs[i].stdin.fileno(), encode({
             "type": "task", "id": f"{partition}:{offset}", "args": [f"{partition}:{offset}"], "env": {},
             "timeout_seconds": 30}))
@@ -82,7 +86,6 @@ class Programs:
             i = self.by_fd[fd]
             for frame in self._frames(i):
                 partition, offset = self.running[i].popleft()
-                self.in_flight -= 1
                 self.free.append(i)
                 done.append((partition, offset, frame.parts[0]))
         return done

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.services.jsonl import written_lines
+
 SERVER = Path(__file__).resolve().parents[1] / "programs" / "http_sink_server.py"
 
 
