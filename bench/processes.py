@@ -277,8 +277,12 @@ def report(rounds: list[dict[str, Row]], processes: int) -> None:
         figure = middle.figure()
         broker = "" if figure.broker_us is None else f"{figure.broker_us:,.0f} us"
         busy = figure.rate * task_cpu_us(figure) / 1e6
-        print(f"  {label:40}{middle.rate:>10,.0f}{middle.cpu_us_per_task:>13,.0f} us{figure.children_us:>5,.0f} us"
-              f"{broker:>8}{busy:>7.2f} of {cores}   ({each})")
+        cells = (f"{middle.rate:,.0f}", f"{middle.cpu_us_per_task:,.0f} us", f"{figure.children_us:,.0f} us", broker,
+                 f"{busy:.2f} of {cores}")
+        # each cell right-aligned under its heading, and always a space before it: a wide figure (a slow
+        # machine's thousands of microseconds) pushes the row right instead of running into its neighbour
+        row = "".join(" " + cell.rjust(width - 1) for cell, width in zip(cells, (10, 16, 8, 8, 12)))
+        print(f"  {label:40}{row}   ({each})")
     print("  (the round of the median rate; tasks*: CPU per task of what the tasks ran in, spawn mode's task processes "
           "or persistent mode's programs; broker: the local broker's; busy cores: the three together)")
     spawn = "spawn, one process"
