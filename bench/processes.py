@@ -41,6 +41,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -268,8 +269,14 @@ def report(rounds: list[dict[str, Row]], processes: int) -> None:
     labels.sort(key=lambda label: (max(i for i, mode in enumerate(order) if label.startswith(mode)),
                                    "--processes" in label))
     cores = os.cpu_count() or 1
-    print(f"\n  {'':40}{'tasks/s':>10}{'knarr CPU/task':>16}{'tasks*':>8}{'broker':>8}{'busy cores':>12}"
-          "   (each round: tasks/s)")
+    headings = {"tasks/s": 10, "knarr CPU/task": 16, "tasks*": 8, "broker": 8, "busy cores": 12}  # and widths
+
+    def columns(cells: Sequence[str]) -> str:
+        """Each cell right-aligned under its heading, always a space before it: a wide figure (a slow
+        machine's thousands of microseconds) pushes the row right instead of running into its neighbour."""
+        return "".join(" " + cell.rjust(width - 1) for cell, width in zip(cells, headings.values(), strict=True))
+
+    print(f"\n  {'':40}{columns(list(headings))}   (each round: tasks/s)")
     for label in labels:
         rows = [r[label] for r in rounds]
         middle = sorted(rows, key=lambda row: row.rate)[len(rows) // 2]
@@ -279,10 +286,7 @@ def report(rounds: list[dict[str, Row]], processes: int) -> None:
         busy = figure.rate * task_cpu_us(figure) / 1e6
         cells = (f"{middle.rate:,.0f}", f"{middle.cpu_us_per_task:,.0f} us", f"{figure.children_us:,.0f} us", broker,
                  f"{busy:.2f} of {cores}")
-        # each cell right-aligned under its heading, and always a space before it: a wide figure (a slow
-        # machine's thousands of microseconds) pushes the row right instead of running into its neighbour
-        row = "".join(" " + cell.rjust(width - 1) for cell, width in zip(cells, (10, 16, 8, 8, 12)))
-        print(f"  {label:40}{row}   ({each})")
+        print(f"  {label:40}{columns(cells)}   ({each})")
     print("  (the round of the median rate; tasks*: CPU per task of what the tasks ran in, spawn mode's task processes "
           "or persistent mode's programs; broker: the local broker's; busy cores: the three together)")
     spawn = "spawn, one process"
