@@ -58,16 +58,24 @@ def task_cpu_us(figure: Figure) -> float:
     return figure.children_us + figure.cpu_us + (figure.broker_us or 0.0)
 
 
-def taken_apart(fast: Figure, slow: Figure, name: str, other: str) -> None:
+def apart(fast: Figure, slow: Figure) -> dict:
     """A ratio of two rates taken apart, exactly: tasks/s = busy cores / CPU per task, so
     fast / slow = (slow's CPU per task / fast's) x (fast's busy cores / slow's). The first says
     what cheaper tasks would give, the second whether the cores were kept as busy (one event loop
     cannot fill two cores; a spawn's waits leave them idle)."""
     fast_us, slow_us = task_cpu_us(fast), task_cpu_us(slow)
     fast_busy, slow_busy = fast.rate * fast_us / 1e6, slow.rate * slow_us / 1e6
+    return {"cpu": slow_us / fast_us, "busy": fast_busy / slow_busy, "fast_us": fast_us, "slow_us": slow_us,
+            "fast_busy": fast_busy, "slow_busy": slow_busy}
+
+
+def taken_apart(fast: Figure, slow: Figure, name: str, other: str) -> dict:
+    """``apart``, printed under a ratio; returns it."""
+    found = apart(fast, slow)
     print(f"  {f'    {name} / {other}, taken apart: CPU per task, then busy cores':58}"
-          f"{slow_us / fast_us:>10.2f} x {fast_busy / slow_busy:.2f}  "
-          f"({slow_us:.0f} / {fast_us:.0f} us; {fast_busy:.2f} / {slow_busy:.2f} of {os.cpu_count() or 1} cores)")
+          f"{found['cpu']:>10.2f} x {found['busy']:.2f}  ({found['slow_us']:.0f} / {found['fast_us']:.0f} us; "
+          f"{found['fast_busy']:.2f} / {found['slow_busy']:.2f} of {os.cpu_count() or 1} cores)")
+    return found
 
 
 def loop_ceiling(figure: Figure, reference: float, against: str) -> None:
@@ -82,11 +90,16 @@ def loop_ceiling(figure: Figure, reference: float, against: str) -> None:
 
 
 def print_ceilings(what: str, task_us: float, worker_us: float, broker_us: float, reference: float,
-                   against: str) -> None:
+                   against: str) -> dict:
     """The two ceilings: cores / (what + worker + broker CPU per task), and with a worker costing nothing;
-    ``against`` formats each as a multiple of ``reference`` tasks/s."""
+    ``against`` formats each as a multiple of ``reference`` tasks/s. Returns them as such multiples
+    (``this_worker``, ``worker_free``)."""
     cores = os.cpu_count() or 1
-    for label, worker in ((f"    ceiling, this worker: cores / ({what} + worker + broker)", worker_us),
-                          (f"    ceiling, a worker costing nothing: cores / ({what} + broker)", 0.0)):
+    found = {}
+    for key, label, worker in (
+            ("this_worker", f"    ceiling, this worker: cores / ({what} + worker + broker)", worker_us),
+            ("worker_free", f"    ceiling, a worker costing nothing: cores / ({what} + broker)", 0.0)):
         best = cores * 1e6 / (task_us + worker + broker_us)
         print(f"  {label:58}{best:>10.0f} /s  = " + against.format(best / reference))
+        found[key] = best / reference
+    return found

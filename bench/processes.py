@@ -25,7 +25,7 @@ Rounds (``--rounds``) run every row once, back to back, the order alternating; e
 median of the rounds' (bench/rounds.py), the ``--processes`` one judged against the persistent
 target (10x spawn mode's tasks/s on the same machine).
 
-    python bench/processes.py [--messages 20000] [--max-executors 4] [--processes N] [--rounds 3]
+    python bench/processes.py [--messages 20000] [--max-executors 4] [--processes N] [--rounds 3] [--json PATH]
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -56,6 +56,8 @@ from ceilings import print_ceilings, taken_apart, task_cpu_us  # noqa: E402
 from clocks import broker_cpu_seconds, stat_cpu_and_reaped  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 from persistent import ECHO_PROGRAM, PERSISTENT_RUN_FACTOR, SPAWN_BINARY, TARGET_RATIO  # noqa: E402
+from results import add_option as add_json_option  # noqa: E402
+from results import write as write_results  # noqa: E402
 from rounds import host_pace, judged, nearest_median, pace_text  # noqa: E402
 from spawn_floor import build_c  # noqa: E402
 from workload import PARTITIONS, WARM_UP_HELP, Figure, warm_up  # noqa: E402
@@ -263,7 +265,16 @@ def one_round(bootstrap: str, messages: int, max_executors: int, processes: int,
     return {row.label: row for row in rows}
 
 
-def report(rounds: list[dict[str, Row]], processes: int) -> None:
+def row_figures(row: Row) -> dict:
+    """One row of one round as data: what was measured, and the per-task figures the table shows."""
+    figure = row.figure()
+    return {**asdict(row), "label": row.label, "rate": row.rate, "knarr_us": row.cpu_us_per_task,
+            "tasks_us": figure.children_us, "broker_us": figure.broker_us,
+            "busy_cores": figure.rate * task_cpu_us(figure) / 1e6}
+
+
+def report(rounds: list[dict[str, Row]], processes: int) -> dict:
+    """The table, printed; returns its figures: every round's rows, and each ratio's verdict with its bound."""
     labels = list(rounds[0])
     order = ("spawn", "persistent,", C_PROGRAM)
     labels.sort(key=lambda label: (max(i for i, mode in enumerate(order) if label.startswith(mode)),
@@ -281,41 +292,48 @@ def report(rounds: list[dict[str, Row]], processes: int) -> None:
         rows = [r[label] for r in rounds]
         middle = sorted(rows, key=lambda row: row.rate)[len(rows) // 2]
         each = ", ".join(f"{row.rate:,.0f}" for row in rows)
-        figure = middle.figure()
-        broker = "" if figure.broker_us is None else f"{figure.broker_us:,.0f} us"
-        busy = figure.rate * task_cpu_us(figure) / 1e6
-        cells = (f"{middle.rate:,.0f}", f"{middle.cpu_us_per_task:,.0f} us", f"{figure.children_us:,.0f} us", broker,
-                 f"{busy:.2f} of {cores}")
+        shown = row_figures(middle)
+        broker = "" if shown["broker_us"] is None else f"{shown['broker_us']:,.0f} us"
+        cells = (f"{shown['rate']:,.0f}", f"{shown['knarr_us']:,.0f} us", f"{shown['tasks_us']:,.0f} us", broker,
+                 f"{shown['busy_cores']:.2f} of {cores}")
         print(f"  {label:40}{columns(cells)}   ({each})")
     print("  (the round of the median rate; tasks*: CPU per task of what the tasks ran in, spawn mode's task processes "
           "or persistent mode's programs; broker: the local broker's; busy cores: the three together)")
     spawn = "spawn, one process"
+    figures: dict = {"rounds": [{label: row_figures(row) for label, row in r.items()} for r in rounds], "ratios": {}}
     print()
     for mode in ("persistent", C_PROGRAM):
         for label in (f"{mode}, one process", f"{mode}, --processes {processes}"):
             if label in rounds[0]:
                 ratios = [r[label].rate / r[spawn].rate for r in rounds]
-                judged(f"{label} / {spawn}", ratios, TARGET_RATIO, 1, "x", f"{TARGET_RATIO:g}x")
-                bounded(rounds[nearest_median(ratios)], label, spawn)
+                name = f"{label} / {spawn}"
+                figures["ratios"][name] = judged(name, ratios, TARGET_RATIO, 1, "x", f"{TARGET_RATIO:g}x")
+                figures["ratios"][name]["nearest_median"] = bounded(rounds[nearest_median(ratios)], label, spawn)
     spawn_n = f"spawn, --processes {processes}"
     ratios = sorted(r[spawn_n].rate / r[spawn].rate for r in rounds)
+    figures["ratios"][f"{spawn_n} / {spawn}"] = {"values": ratios}
     print(f"  {spawn_n} / spawn, one process: {', '.join(f'{x:.2f}x' for x in ratios)} (the rounds, sorted; no target: "
           "spawn mode's task processes use every core already, one interpreter bounds persistent mode)")
+    return figures
 
 
-def bounded(round_: dict[str, Row], label: str, spawn: str) -> None:
+def bounded(round_: dict[str, Row], label: str, spawn: str) -> dict:
     """Under a ratio's verdict, for the round nearest its median: what the cores allowed the pod, from the
     CPU its tasks cost (knarr's, the program's, the broker's), and the ratio taken apart into CPU per task
-    and busy cores (bench/ceilings.py; make bench prints the same for one worker)."""
+    and busy cores (bench/ceilings.py; make bench prints the same for one worker). Returns the round's
+    ratio, its ceilings and the taking apart (these two empty when the broker's CPU is not known)."""
     pod, spawned = round_[label].figure(), round_[spawn].figure()
+    found: dict = {"ratio": pod.rate / spawned.rate, "ceilings": {}, "apart": {}}
     if pod.broker_cpu_seconds is None or spawned.broker_cpu_seconds is None:
         print("      (no bound: the broker's CPU is not known, not this checkout's broker)")
-        return
+        return found
     assert pod.broker_us is not None
     print(f"  {'    its median round, CPU per task: knarr, program, broker':58}"
           f"{pod.cpu_us:>5.0f}, {pod.children_us:.0f}, {pod.broker_us:.0f} us")
-    print_ceilings("program", pod.children_us, pod.cpu_us, pod.broker_us, spawned.rate, "{:.1f} x spawn mode")
-    taken_apart(pod, spawned, "the pod", "spawn mode")
+    found["ceilings"] = print_ceilings("program", pod.children_us, pod.cpu_us, pod.broker_us, spawned.rate,
+                                       "{:.1f} x spawn mode")
+    found["apart"] = taken_apart(pod, spawned, "the pod", "spawn mode")
+    return found
 
 
 async def main() -> int:
@@ -326,6 +344,7 @@ async def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--warm-up-messages", type=int, default=4_000, help=WARM_UP_HELP)
     p.add_argument("--bootstrap", default=None, help="a running broker (default: the local one, started if needed)")
+    add_json_option(p)
     args = p.parse_args()
     bootstrap = args.bootstrap or ensure_kafka()
     header = await warm_up(bootstrap, args.warm_up_messages, args.max_executors)
@@ -344,8 +363,10 @@ async def main() -> int:
             print(f"round {number + 1} of {args.rounds} ...", flush=True)
             rounds.append(one_round(bootstrap, args.messages, args.max_executors, args.processes, c_program,
                                     reverse=number % 2 == 1))
-    report(rounds, args.processes)
-    print(f"  after the rounds: {pace_text(host_pace())}")
+    figures = report(rounds, args.processes)
+    after = host_pace()
+    print(f"  after the rounds: {pace_text(after)}")
+    write_results(args.json, {"cpus": os.cpu_count(), "pace_ns": {"before": paces, "after": after}, **figures})
     return 0
 
 

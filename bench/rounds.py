@@ -45,21 +45,32 @@ def places(value: float, target: float, fewest: int, most: int = 4) -> int:
     return fewest
 
 
-def judged(label: str, values: Sequence[float], target: float, decimals: int, unit: str, target_text: str,
-           width: int = 58) -> None:
-    """A ratio's verdict from its rounds, printed: the median against ``target`` (at least), then the
-    rounds' values sorted and where the median lies with 95 % confidence; each value with ``decimals``
-    places (the median with more when it would read as the target: ``places``) and ``unit``."""
+def judgement(values: Sequence[float], target: float) -> dict:
+    """A ratio's verdict from its rounds, as data (a bench's --json): the rounds' values sorted, their
+    median, where it lies with 95 % confidence, and whether it meets ``target`` (at least)."""
     middle = statistics.median(values)
     low, high = median_interval(values)
+    return {"values": sorted(values), "median": middle, "low": low, "high": high, "target": target,
+            "met": middle >= target}
+
+
+def judged(label: str, values: Sequence[float], target: float, decimals: int, unit: str, target_text: str,
+           width: int = 58) -> dict:
+    """A ratio's verdict from its rounds, printed: the median against ``target`` (at least), then the
+    rounds' values sorted and where the median lies with 95 % confidence; each value with ``decimals``
+    places (the median with more when it would read as the target: ``places``) and ``unit``. Returns
+    the ``judgement`` it printed."""
+    found = judgement(values, target)
+    middle, low, high = found["median"], found["low"], found["high"]
 
     def shown(value: float, decimals: int = decimals) -> str:
         return f"{value:.{decimals}f}{unit}"
 
     print(f"  {label:{width}}{shown(middle, places(middle, target, decimals)):>14}  {'>= ' + target_text:>10}  "
-          f"{verdict(middle >= target)}")
+          f"{verdict(found['met'])}")
     print(f"  {'    the rounds, sorted (the median: 95 % between)':{width}}"
           f"{', '.join(shown(v) for v in sorted(values))}  ({shown(low)} to {shown(high)})")
+    return found
 
 
 def host_pace(samples: int = 5) -> list[float]:
