@@ -8,48 +8,55 @@ import os
 from workload import Figure
 
 
-def ceiling(floor: Figure | None, b: Figure) -> None:
+def ceiling(floor: Figure | None, b: Figure) -> dict:
     """What this machine's cores allow spawn mode at best, from CPU measured in this run.
 
     The C floor spawns with nothing else running; in spawn mode every task also costs the
     worker's CPU and the local broker's. With all cores busy, tasks/s can be at most
     cores / (child + worker + broker CPU per task): the floor ratio cannot pass that share.
     The child is the C floor's at first; then as it cost in (b), where the same binary, with the
-    same environment, shares the cores with the worker and the broker.
+    same environment, shares the cores with the worker and the broker. Returns the ceilings as multiples
+    of the floor and the taking apart (empty where the CPU needed was not measured).
     """
+    found: dict = {}
     if floor is None or not floor.children_cpu_seconds or b.broker_cpu_seconds is None:
-        return
+        return found
     cores = os.cpu_count() or 1
     child_us = floor.children_us
     spawn_us = floor.cpu_us + child_us
     broker_us = b.broker_us
     print(f"  {'    the C floor: CPU per spawn, parent + child':58}{spawn_us:>10.0f} us  "
           f"(busy cores: {floor.rate * spawn_us / 1e6:.2f} of {cores})")
-    print_ceilings("child", child_us, b.cpu_us, broker_us, floor.rate, "{:.2f} x the floor")
+    found["ceilings"] = print_ceilings("child", child_us, b.cpu_us, broker_us, floor.rate, "{:.2f} x the floor")
     if b.children_cpu_seconds:
         in_b = b.children_us
         print(f"  {'    a task process in (b): its CPU (from C: the child above)':58}{in_b:>10.0f} us  "
               f"({child_us:.0f} us)")
-        print_ceilings("child in (b)", in_b, b.cpu_us, broker_us, floor.rate, "{:.2f} x the floor")
-        taken_apart(b, floor, "spawn mode", "the floor")
+        found["ceilings_child_in_b"] = print_ceilings("child in (b)", in_b, b.cpu_us, broker_us, floor.rate,
+                                                      "{:.2f} x the floor")
+        found["apart"] = taken_apart(b, floor, "spawn mode", "the floor")
     loop_ceiling(b, floor.rate, "{:.2f} x the floor")
+    return found
 
 
-def persistent_ceiling(kept: Figure, b: Figure) -> None:
+def persistent_ceiling(kept: Figure, b: Figure) -> dict:
     """What this machine's cores allow persistent mode at best, as a multiple of spawn mode's rate (b).
 
     The same reckoning as ``ceiling``: every task costs the program's CPU (bench/echo_task.py,
     a Python program; its start included), the worker's and the local broker's, all on these cores.
+    Returns the ceilings as multiples of spawn mode and the taking apart (empty where not measured).
     """
+    found: dict = {}
     if not kept.children_cpu_seconds or kept.broker_cpu_seconds is None:
-        return
+        return found
     program_us = kept.children_us
     broker_us = kept.broker_us
     print(f"  {'    CPU per task: the program, the local broker':58}{program_us:>7.0f}, {broker_us:.0f} us")
-    print_ceilings("program", program_us, kept.cpu_us, broker_us, b.rate, "{:.1f} x spawn mode")
+    found["ceilings"] = print_ceilings("program", program_us, kept.cpu_us, broker_us, b.rate, "{:.1f} x spawn mode")
     if b.children_cpu_seconds and b.broker_cpu_seconds is not None:
-        taken_apart(kept, b, "persistent", "spawn mode")
+        found["apart"] = taken_apart(kept, b, "persistent", "spawn mode")
     loop_ceiling(kept, b.rate, "{:.1f} x spawn mode")
+    return found
 
 
 def task_cpu_us(figure: Figure) -> float:

@@ -49,7 +49,7 @@ Then the details:
 
 Then the same engine run, smaller, under cProfile: the top functions by own time (main thread).
 
-    uv run python bench/engine.py [--messages 20000] [--spawns 10000] [--profile-messages 5000]
+    uv run python bench/engine.py [--messages 20000] [--spawns 10000] [--profile-messages 5000] [--json PATH]
 """
 
 from __future__ import annotations
@@ -78,6 +78,8 @@ from knarr.engine import event_loop, native  # noqa: E402
 from knarr.engine.processes import run_process  # noqa: E402
 from knarr.observability.loop_lag import LoopLagProbe  # noqa: E402
 from recorder import measure_recorder_overhead  # noqa: E402
+from results import add_option as add_json_option  # noqa: E402
+from results import write as write_results  # noqa: E402
 from rounds import host_pace, judged, nearest_median, pace_text, places, verdict  # noqa: E402
 from spawn_floor import c_spawn_floor  # noqa: E402
 from workload import (BINARY, LAG_PROBE_SECONDS, PARTITIONS, TASK_ENV, WARM_UP_HELP, Figure,  # noqa: E402
@@ -208,11 +210,18 @@ async def run_round(number: int, total: int, bootstrap: str, topic: str, ends: d
 def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], a_ref: Figure,
            b_unpaused: Figure | None, a_thread: Figure | None = None, b_thread: Figure | None = None,
            paced: Figure | None = None, least: Figure | None = None, polled: Figure | None = None,
-           paces: list[float] | None = None, warmed: str = "", ahead: Figure | None = None) -> None:
-    """The figures. The two ratios are read from rounds (a C floor, spawn mode and persistent mode back to
-    back): the median of the rounds' ratios is the verdict, a bootstrap interval beside it; the round
-    nearest that median is shown in detail. (a) ran twice, before and after the diagnostics: the better run."""
+           paces: list[float] | None = None, warmed: str = "", ahead: Figure | None = None) -> dict:
+    """The figures, printed; returns them as data (--json). The two ratios are read from rounds (a C floor,
+    spawn mode and persistent mode back to back): the median of the rounds' ratios is the verdict, a
+    bootstrap interval beside it; the round nearest that median is shown in detail. (a) ran twice, before
+    and after the diagnostics, and reads the better run."""
     a = max(spawns, key=lambda f: f.rate)  # the machine is shared: the better of two runs is the ceiling
+    figures: dict = {
+        "cpus": os.cpu_count(), "max_executors": args.max_executors, "messages": args.messages, "pace_ns": paces,
+        "rounds": [{"floor": _data(r.floor), "spawn": r.b.data(), "persistent": _data(r.kept)} for r in rounds],
+        "spawns": [f.data() for f in spawns], "asyncio_spawns": a_ref.data(), "spawn_unpaused": _data(b_unpaused),
+        "spawns_thread": _data(a_thread), "spawn_thread": _data(b_thread), "paced": _data(paced),
+        "python_floor": _data(least), "python_floor_ahead": _data(ahead), "polled": _data(polled)}
     messages = args.messages
     print(f"\nengine bench: {os.cpu_count()} cores, max_executors={args.max_executors}, binary={BINARY}, "
           f"{messages} messages on {PARTITIONS} partitions, {len(rounds)} rounds, python {sys.version.split()[0]}, "
@@ -230,8 +239,9 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
         ratios = [r.floor_ratio for r in floored]
         print(f"  {'the rounds: C spawn floor / spawn mode, end to end (b)':58}"
               f"{', '.join(f'{r.floor.rate:.0f} / {r.b.rate:.0f}' for r in floored)}  /s")
-        judged(f"spawn mode / C floor: the median of {len(ratios)} rounds", ratios, TARGET_FLOOR_RATIO, 2, "",
-               format(TARGET_FLOOR_RATIO, "g"))
+        figures["spawn_over_floor"] = judged(f"spawn mode / C floor: the median of {len(ratios)} rounds", ratios,
+                                             TARGET_FLOOR_RATIO, 2, "", format(TARGET_FLOOR_RATIO, "g"))
+        figures["spawn_over_floor"]["nearest_median_round"] = [r is shown for r in rounds].index(True)
         print(f"  {'    the round nearest the median: C floor, spawn mode':58}{floor.rate:>6.0f}, {b.rate:.0f} /s")
     else:
         print(f"  {'spawn mode: engine end to end (b), the rounds':58}{', '.join(f'{r.b.rate:.0f}' for r in rounds)}  /s"
@@ -239,14 +249,16 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
     if b_thread is not None:
         print(f"  {'    the same with executor.spawner: thread':58}{b_thread.rate:>10.0f} /s  "
               f"({b_thread.cpu_us:.0f} us CPU/task; native runner: {b.cpu_us - b_thread.cpu_us:+.0f} us)")
-    ceiling(floor, b)
+    figures["spawn_over_floor_apart"] = ceiling(floor, b)
     cpu_us = statistics.median(r.b.cpu_us for r in rounds)
+    figures["worker_cpu_us"] = {"median": cpu_us, "target": TARGET_CPU_US, "met": cpu_us <= TARGET_CPU_US}
     print(f"  {'worker CPU per task, children excluded (d), median':58}"
           f"{cpu_us:>10.{places(cpu_us, TARGET_CPU_US, 0)}f} us  "
           f"{'<= ' + format(TARGET_CPU_US, 'g') + ' us':>10}  {verdict(cpu_us <= TARGET_CPU_US)}")
     lags = [r.b.lag_p99_ms for r in rounds if r.b.lag_p99_ms is not None]
     if lags:
         worst = max(lags)
+        figures["lag_p99_ms"] = {"worst": worst, "target": TARGET_LAG_P99_MS, "met": worst <= TARGET_LAG_P99_MS}
         print(f"  {'event loop lag p99 under full load, the worst round':58}"
               f"{worst:>10.{places(worst, TARGET_LAG_P99_MS, 1)}f} ms  "
               f"{'<= ' + format(TARGET_LAG_P99_MS, 'g') + ' ms':>10}  {verdict(worst <= TARGET_LAG_P99_MS)}")
@@ -257,11 +269,13 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
         kept, spawned = chosen.kept, chosen.b
         print(f"  {f'the rounds: persistent ({kept.count} messages) / spawn mode':58}"
               f"{', '.join(f'{r.kept.rate:.0f} / {r.b.rate:.0f}' for r in kept_rounds)}  /s")
-        judged(f"persistent / spawn mode: the median of {len(ratios)} rounds", ratios, TARGET_PERSISTENT_RATIO,
-               1, "x", f"{TARGET_PERSISTENT_RATIO:g}x")
+        figures["persistent_over_spawn"] = judged(f"persistent / spawn mode: the median of {len(ratios)} rounds",
+                                                  ratios, TARGET_PERSISTENT_RATIO, 1, "x",
+                                                  f"{TARGET_PERSISTENT_RATIO:g}x")
+        figures["persistent_over_spawn"]["nearest_median_round"] = [r is chosen for r in rounds].index(True)
         print(f"  {'    the round nearest the median: persistent, spawn mode':58}{kept.rate:>6.0f}, {spawned.rate:.0f} /s")
         print(f"  {'    worker CPU per task, persistent mode':58}{kept.cpu_us:>10.0f} us")
-        persistent_ceiling(kept, spawned)
+        figures["persistent_over_spawn_apart"] = persistent_ceiling(kept, spawned)
         if paced is not None and paced.loop_cpu_seconds and kept.loop_cpu_seconds:
             print(f"  {'    persistent mode paced to spawn mode (tasks wait, asleep)':58}{paced.rate:>10.0f} /s")
             print(f"  {'    its event loop CPU per task, against at full speed':58}"
@@ -309,6 +323,11 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
         print(f"  {'    not in (d): the local broker (JVM), per task':58}{b.broker_us:>10.0f} us")
     print(f"      ({b.count} tasks in {b.seconds:.2f}s, {b.cpu_seconds:.2f} CPU-s of the worker process; "
           f"spawns: {a.count} in {a.seconds:.2f}s)")
+    return figures
+
+
+def _data(figure: Figure | None) -> dict | None:
+    return None if figure is None else figure.data()
 
 
 def profile_report(profiler: cProfile.Profile, tasks: int, top: int) -> None:
@@ -347,6 +366,7 @@ async def main() -> int:
                         help="messages per run of the flight recorder's off/on comparison (0: skip it)")
     parser.add_argument("--warm-up-messages", type=int, default=4_000, help=WARM_UP_HELP + "; at most --messages")
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
+    add_json_option(parser)
     args = parser.parse_args()
 
     bootstrap = args.bootstrap or ensure_kafka()
@@ -406,12 +426,15 @@ async def main() -> int:
     for number in range(2, args.rounds + 1):
         rounds.append(await run_round(number, args.rounds, bootstrap, *round_topics[number - 1], args, many))
     paces += host_pace()
-    report(args, rounds, spawns, a_ref, b_unpaused, a_thread, b_thread, paced, least, polled, paces, warmed, ahead)
+    figures = report(args, rounds, spawns, a_ref, b_unpaused, a_thread, b_thread, paced, least, polled, paces,
+                     warmed, ahead)
 
     if args.recorder_messages:
         print("flight recorder off and on, alternating (bench/recorder.py) ...", file=sys.stderr)
         overhead = await measure_recorder_overhead(bootstrap, args.recorder_messages, max_executors=args.max_executors)
         print("\n" + overhead.report())
+        figures["recorder"] = overhead.data()
+    write_results(args.json, figures)
 
     if args.profile_messages:
         print("profiling ...", file=sys.stderr)

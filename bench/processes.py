@@ -308,7 +308,8 @@ def report(rounds: list[dict[str, Row]], processes: int) -> dict:
                 ratios = [r[label].rate / r[spawn].rate for r in rounds]
                 name = f"{label} / {spawn}"
                 figures["ratios"][name] = judged(name, ratios, TARGET_RATIO, 1, "x", f"{TARGET_RATIO:g}x")
-                figures["ratios"][name]["nearest_median"] = bounded(rounds[nearest_median(ratios)], label, spawn)
+                nearest = nearest_median(ratios)
+                figures["ratios"][name]["bound"] = {"round": nearest, **bounded(rounds[nearest], label, spawn)}
     spawn_n = f"spawn, --processes {processes}"
     ratios = sorted(r[spawn_n].rate / r[spawn].rate for r in rounds)
     figures["ratios"][f"{spawn_n} / {spawn}"] = {"values": ratios}

@@ -35,6 +35,8 @@ from tests.services.kafka import ensure_kafka  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from clocks import cpu_self  # noqa: E402
+from results import add_option as add_json_option  # noqa: E402
+from results import write as write_results  # noqa: E402
 from rounds import median_interval, places, verdict  # noqa: E402
 from workload import BINARY, Figure, engine_run, prefill  # noqa: E402  (make bench's workload and one run of it)
 
@@ -98,6 +100,14 @@ class RecorderOverhead:
         gaps = [max(rates) / min(rates) - 1 for rates in
                 ([r.rate for r in self.runs if r.recorder == side] for side in (False, True)) if len(rates) > 1]
         return max(gaps, default=0.0) * 100
+
+    def data(self) -> dict:
+        """The comparison for a bench's --json: every run, each pair's cost, the verdict."""
+        low, high = self.interval()
+        return {"messages": self.messages, "runs": [run.data() for run in self.runs],
+                "costs_percent": self.costs(), "cost_percent": self.cost_percent, "low": low, "high": high,
+                "cpu_cost_us": self.cpu_cost_us, "target_percent": TARGET_COST_PERCENT, "met": self.ok,
+                "record_us": self.record_us, "write_us": self.write_us}
 
     def report(self) -> str:
         pairs = self.pairs()
@@ -182,9 +192,11 @@ async def main() -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="pairs of runs (one off, one on)")
     parser.add_argument("--max-executors", type=int, default=2 * (os.cpu_count() or 1))
     parser.add_argument("--bootstrap", default="", help="Kafka bootstrap; default: start or reuse the local broker")
+    add_json_option(parser)
     args = parser.parse_args()
     result = await measure_recorder_overhead(args.bootstrap or None, args.messages, args.rounds, args.max_executors)
     print(result.report())
+    write_results(args.json, result.data())
     return 0  # a MISS is a finding to read, not a crash
 
 

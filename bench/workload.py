@@ -78,6 +78,13 @@ class Figure:
         """The local broker's CPU per task, or None where it was not measured (not this checkout's broker)."""
         return None if self.broker_cpu_seconds is None else self.broker_cpu_seconds / self.count * 1e6
 
+    def data(self) -> dict:
+        """The figure for a bench's --json: what was measured (the lag as its p99, not every sample) and the
+        rates and CPU per task made from it."""
+        measured = {name: value for name, value in vars(self).items() if name != "lag_samples"}
+        return {**measured, "rate": self.rate, "cpu_us": self.cpu_us, "loop_us": self.loop_us,
+                "children_us": self.children_us, "broker_us": self.broker_us, "lag_p99_ms": self.lag_p99_ms}
+
 
 class TrueHandler(knarr.BaseHandler[None, None]):
     """One task (BINARY, no arguments) per message; one small Kafka output per message."""
