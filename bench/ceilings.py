@@ -65,13 +65,18 @@ def task_cpu_us(figure: Figure) -> float:
     return figure.children_us + figure.cpu_us + (figure.broker_us or 0.0)
 
 
+def busy_cores(figure: Figure) -> float:
+    """How many cores a run kept busy on average: its tasks/s times all the CPU one task cost (task_cpu_us)."""
+    return figure.rate * task_cpu_us(figure) / 1e6
+
+
 def apart(fast: Figure, slow: Figure) -> dict:
     """A ratio of two rates taken apart, exactly: tasks/s = busy cores / CPU per task, so
     fast / slow = (slow's CPU per task / fast's) x (fast's busy cores / slow's). The first says
     what cheaper tasks would give, the second whether the cores were kept as busy (one event loop
     cannot fill two cores; a spawn's waits leave them idle)."""
     fast_us, slow_us = task_cpu_us(fast), task_cpu_us(slow)
-    fast_busy, slow_busy = fast.rate * fast_us / 1e6, slow.rate * slow_us / 1e6
+    fast_busy, slow_busy = busy_cores(fast), busy_cores(slow)
     return {"cpu": slow_us / fast_us, "busy": fast_busy / slow_busy, "fast_us": fast_us, "slow_us": slow_us,
             "fast_busy": fast_busy, "slow_busy": slow_busy}
 

@@ -52,7 +52,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-from ceilings import print_ceilings, taken_apart, task_cpu_us  # noqa: E402
+from ceilings import busy_cores, print_ceilings, taken_apart  # noqa: E402
 from clocks import broker_cpu_seconds, stat_cpu_and_reaped  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 from persistent import ECHO_PROGRAM, PERSISTENT_RUN_FACTOR, SPAWN_BINARY, TARGET_RATIO  # noqa: E402
@@ -270,7 +270,7 @@ def row_figures(row: Row) -> dict:
     figure = row.figure()
     return {**asdict(row), "label": row.label, "rate": row.rate, "knarr_us": row.cpu_us_per_task,
             "tasks_us": figure.children_us, "broker_us": figure.broker_us,
-            "busy_cores": figure.rate * task_cpu_us(figure) / 1e6}
+            "busy_cores": busy_cores(figure)}
 
 
 def report(rounds: list[dict[str, Row]], processes: int) -> dict:
