@@ -45,9 +45,14 @@ def test_a_tiny_pod_bench_runs_every_row_and_judges_every_persistent_ratio(kafka
         assert ratio["low"] <= ratio["median"] <= ratio["high"] and ratio["met"] == (ratio["median"] >= 10), ratio
         assert re.search(rf"^  {re.escape(name)} .* >= 10x +{'PASS' if ratio['met'] else 'MISS'}$", table,
                          re.MULTILINE), table
-        # its round nearest the median, taken apart into CPU per task and busy cores (the broker is this checkout's)
+        # its round nearest the median, taken apart into CPU per task and busy cores, or (a broker not this
+        # checkout's, its CPU unknown) the table saying why not
         nearest = ratio["bound"]
-        assert nearest["apart"]["cpu"] * nearest["apart"]["busy"] == pytest.approx(nearest["ratio"], rel=1e-6), ratio
-        assert nearest["round"] == 0 and nearest["ceilings"]["worker_free"] > nearest["ceilings"]["this_worker"] > 0, ratio
+        assert nearest["round"] == 0, ratio
+        if nearest["apart"]:
+            assert nearest["apart"]["cpu"] * nearest["apart"]["busy"] == pytest.approx(nearest["ratio"], rel=1e-6), ratio
+            assert nearest["ceilings"]["worker_free"] > nearest["ceilings"]["this_worker"] > 0, ratio
+        else:
+            assert "(no bound: the broker's CPU is not known, not this checkout's broker)" in table, table
     assert len(figures["ratios"]["spawn, --processes 2 / spawn, one process"]["values"]) == 1, figures
     assert re.search(r"^  spawn, --processes 2 / spawn, one process: [\d.]+x \(the rounds", table, re.MULTILINE), table
