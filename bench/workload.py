@@ -46,14 +46,20 @@ class Figure:
     children_cpu_seconds: float = 0.0  # the processes the tasks ran in: spawned ones (reaped), or the programs
     broker_cpu_seconds: float | None = None  # the local broker's CPU over the same interval
     lag_samples: list[float] | None = None  # the event loop's lag, probed every LAG_PROBE_SECONDS
+    starved_samples: list[float | None] | None = None  # each lag's part waiting for a CPU, at most (loop_lag.py)
     events: int = 0  # what the flight recorder took, when it was on
 
     @property
     def lag_p99_ms(self) -> float | None:
-        if not self.lag_samples:
+        return _p99_ms(self.lag_samples)
+
+    @property
+    def own_lag_p99_ms(self) -> float | None:
+        """The lag's p99 once each probe's wait for a CPU is taken out: how late the loop's own work made it,
+        the host's share (other processes holding the cores) aside. None where the wait was not measured."""
+        if not self.lag_samples or not self.starved_samples or None in self.starved_samples:
             return None
-        ordered = sorted(self.lag_samples)
-        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3
+        return _p99_ms([lag - starved for lag, starved in zip(self.lag_samples, self.starved_samples)])
 
     @property
     def rate(self) -> float:
@@ -81,9 +87,17 @@ class Figure:
     def data(self) -> dict:
         """The figure for a bench's --json: what was measured (the lag as its p99, not every sample) and the
         rates and CPU per task made from it."""
-        measured = {name: value for name, value in vars(self).items() if name != "lag_samples"}
+        measured = {name: value for name, value in vars(self).items() if name not in ("lag_samples", "starved_samples")}
         return {**measured, "rate": self.rate, "cpu_us": self.cpu_us, "loop_us": self.loop_us,
-                "children_us": self.children_us, "broker_us": self.broker_us, "lag_p99_ms": self.lag_p99_ms}
+                "children_us": self.children_us, "broker_us": self.broker_us, "lag_p99_ms": self.lag_p99_ms,
+                "own_lag_p99_ms": self.own_lag_p99_ms}
+
+
+def _p99_ms(samples: list[float] | None) -> float | None:
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3
 
 
 class TrueHandler(knarr.BaseHandler[None, None]):
@@ -152,6 +166,10 @@ class TimedSource:
         samples = self.worker.loop_lag.samples if self.worker is not None else None
         return None if samples is None else samples[self.first_lag:self.done_lag]
 
+    def starved_samples(self) -> list[float | None] | None:
+        starved = self.worker.loop_lag.starved if self.worker is not None else None
+        return None if starved is None else starved[self.first_lag:self.done_lag]
+
     def set_paused(self, partitions) -> None:
         self.inner.set_paused(partitions)
 
@@ -207,7 +225,7 @@ async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_execu
     worker = worker_type(config, handler or TrueHandler(), source=source)
     if lag_probe:
         worker.loop_lag.interval = LAG_PROBE_SECONDS
-        worker.loop_lag.samples = []
+        worker.loop_lag.samples, worker.loop_lag.starved = [], []
     source.worker = worker
     if profiler is not None:
         profiler.enable()
@@ -225,7 +243,8 @@ async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_execu
     figure = Figure(tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
                     source.done_loop_cpu - source.first_loop_cpu, source.done_kafka_cpu - source.first_kafka_cpu,
                     source.done_children_cpu - source.first_children_cpu, broker_cpu_seconds=broker,
-                    lag_samples=source.lag_samples(), events=source.events)
+                    lag_samples=source.lag_samples(),
+                    starved_samples=source.starved_samples(), events=source.events)
     return figure, worker
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 
 import knarr
 import structlog
 from knarr.engine.worker import Worker
-from knarr.observability.loop_lag import STALL_WARNING_SECONDS, LoopLagProbe
+from knarr.observability.cpu_wait import ThreadCpuWait, starved_part
+from knarr.observability.loop_lag import STALL_WARNING_SECONDS, LoopLagProbe, stall_message
 from knarr.sources.memory import MemorySource
 from prometheus_client import REGISTRY
 
@@ -120,3 +122,108 @@ def test_a_blocked_uvloop_shows_the_same_lag():
     samples = uvloop.run(blocked())
     assert 0.25 <= max(samples) < 0.4
     assert sorted(samples)[len(samples) // 2] < 0.005  # unblocked turns: on time
+
+
+# --- a starved loop: waiting for a CPU, told apart from a blocked one --------------------------------
+
+STARVED_PROBE = r"""
+import asyncio, json, os, sys, time
+import structlog
+from prometheus_client import REGISTRY
+from knarr.observability.loop_lag import LoopLagProbe
+
+os.sched_setaffinity(0, {int(sys.argv[1])})
+os.setpriority(os.PRIO_PROCESS, 0, 19)  # the hogs (nice 0) on the same core get it first
+structlog.configure(processors=[structlog.processors.add_log_level, structlog.processors.JSONRenderer()],
+                    logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+async def main():
+    probe = LoopLagProbe(interval=0.01, stall_seconds=float(sys.argv[2]), warn_every=60)
+    probe.samples, probe.starved = [], []
+    watching = asyncio.create_task(probe.run())
+    await asyncio.sleep(float(sys.argv[3]))
+    watching.cancel()
+    waited = REGISTRY.get_sample_value("knarr_event_loop_cpu_wait_seconds_total")
+    print(json.dumps({"samples": probe.samples, "starved": probe.starved, "cpu_wait_total": waited}))
+
+asyncio.run(main())
+"""
+
+HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+def _starved_probe(seconds: float, stall_seconds: float) -> tuple[dict, list[dict]]:
+    """Run a probe in a process of its own at nice 19 on one core, beside two busy processes at nice 0 on it."""
+    import subprocess
+    import sys
+
+    core = min(os.sched_getaffinity(0))
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG, str(core)]) for _ in range(2)]
+    try:
+        done = subprocess.run([sys.executable, "-c", STARVED_PROBE, str(core), str(stall_seconds), str(seconds)],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert done.returncode == 0, done.stderr[-2000:]
+    logged = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    return json.loads(done.stdout.splitlines()[-1]), logged
+
+
+def test_a_loop_starved_of_cpu_says_so_in_its_stall_warning_and_its_wait_counter():
+    figures, logged = _starved_probe(seconds=1.5, stall_seconds=0.03)
+    lags, starved = figures["samples"], figures["starved"]
+    assert lags and len(starved) == len(lags) and None not in starved
+    late = [(lag, part) for lag, part in zip(lags, starved) if lag >= 0.03]
+    assert late, f"two busy processes on its core never delayed the probe 30 ms: {sorted(lags)[-5:]}"
+    assert sum(part for _, part in late) >= 0.8 * sum(lag for lag, _ in late)  # the lag was the wait
+    assert figures["cpu_wait_total"] >= sum(part for _, part in late)
+    [stall] = [line for line in logged if line["event"].startswith("event loop stalled")]  # one per warn_every
+    assert stall["level"] == "warning"
+    assert "waiting for a CPU" in stall["event"] and "executor.max_executors" in stall["event"]
+    assert stall["cpu_wait_seconds"] >= stall["lag_seconds"] / 2
+
+
+async def test_a_blocked_loop_is_not_mistaken_for_a_starved_one():
+    probe = LoopLagProbe(interval=0.01, stall_seconds=10)
+    probe.samples, probe.starved = [], []
+    watching = asyncio.create_task(probe.run())
+    await asyncio.sleep(0.05)
+    time.sleep(0.3)  # blocked, not runnable: no wait for a CPU
+    await asyncio.sleep(0.05)
+    began = time.monotonic()
+    while time.monotonic() - began < 0.3:  # busy on its own work: running, not waiting
+        pass
+    await asyncio.sleep(0.05)
+    watching.cancel()
+    late = [(lag, part) for lag, part in zip(probe.samples, probe.starved) if lag >= 0.25]
+    assert len(late) == 2, probe.samples
+    assert all(part is not None and part < lag / 2 for lag, part in late)
+    assert all("something blocked it" in stall_message(lag, part) for lag, part in late)
+
+
+def test_the_stall_message_names_the_wait_for_a_cpu_only_when_it_was_most_of_the_stall():
+    assert "waiting for a CPU" in stall_message(0.4, 0.3)
+    assert "0.300s of it waiting" in stall_message(0.4, 0.3)
+    assert "something blocked it" in stall_message(0.4, 0.1)
+    assert "something blocked it" in stall_message(0.4, None)  # not measured here
+
+
+def test_the_cpu_wait_is_the_part_of_the_lag_the_run_queue_explains():
+    assert starved_part(0.2, 0.5) == 0.2  # waited longer than it lagged: the whole lag, no more
+    assert starved_part(0.2, 0.05) == 0.05
+    assert starved_part(0.2, None) is None
+
+
+def test_a_thread_cpu_wait_that_cannot_be_read_measures_nothing(tmp_path):
+    missing = ThreadCpuWait(str(tmp_path / "no-such-file"))
+    assert missing.read() is None
+    garbled = tmp_path / "schedstat"
+    garbled.write_text("not numbers\n")
+    assert ThreadCpuWait(str(garbled)).read() is None
+    here = ThreadCpuWait()
+    try:
+        assert here.read() is not None and here.read() >= 0  # Linux with scheduler statistics, as CI runs
+    finally:
+        here.close()

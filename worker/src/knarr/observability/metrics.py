@@ -69,6 +69,7 @@ parse_errors = Counter("knarr_parse_errors_total", "Messages that did not parse,
 stalls = Counter("knarr_stalls_total", "Times a partition stalled because a hook failed on every message", ["hook"])
 partition_stalled = Gauge("knarr_partition_stalled", "1 while the partition is stalled by a failing hook", ["partition"])
 event_loop_lag = Histogram("knarr_event_loop_lag_seconds", "How much later than due the event loop ran a periodic probe (time it was blocked)", buckets=_LAG_BUCKETS)
+event_loop_cpu_wait = Counter("knarr_event_loop_cpu_wait_seconds_total", "Time the event loop's thread was ready to run but waited for a CPU (a busy node, a pod at its CPU limit)")
 cache_hits = Counter("knarr_cache_hits_total", "Handler cache reads answered, by the tier that had the entry", ["tier"])  # memory|sqlite|shared
 cache_misses = Counter("knarr_cache_misses_total", "Handler cache reads no tier could answer, by call (peek: memory only)", ["call"])  # peek|get
 cache_evictions = Counter("knarr_cache_evictions_total", "Entries dropped from the cache's memory to stay within cache.max_entries (SQLite keeps them)")
