@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import time
 
 import knarr
@@ -127,7 +129,7 @@ def test_a_blocked_uvloop_shows_the_same_lag():
 # --- a starved loop: waiting for a CPU, told apart from a blocked one --------------------------------
 
 STARVED_PROBE = r"""
-import asyncio, json, os, sys, time
+import asyncio, json, os, sys
 import structlog
 from prometheus_client import REGISTRY
 from knarr.observability.loop_lag import LoopLagProbe
@@ -154,9 +156,6 @@ HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: 
 
 def _starved_probe(seconds: float, stall_seconds: float) -> tuple[dict, list[dict]]:
     """Run a probe in a process of its own at nice 19 on one core, beside two busy processes at nice 0 on it."""
-    import subprocess
-    import sys
-
     core = min(os.sched_getaffinity(0))
     hogs = [subprocess.Popen([sys.executable, "-c", HOG, str(core)]) for _ in range(2)]
     try:
