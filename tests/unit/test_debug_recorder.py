@@ -236,6 +236,20 @@ def test_prometheus_links_select_the_worker_and_cluster_by_their_labels():
     assert first["url"].startswith("http://prom:9090/graph?g0.expr=sum%28rate")
 
 
+def test_every_prometheus_graph_queries_metrics_the_worker_exports():
+    import re
+
+    import knarr.observability.metrics  # noqa: F401  (registers the worker's metrics)
+    from prometheus_client import REGISTRY
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
+    exported = {family.name + suffix for family in REGISTRY.collect() for suffix in suffixes.get(family.type, ("",))}
+    config = DebugConfig(prometheus_url="http://prom:9090")
+    for graph in links(config, "worker-1", "")["prometheus"]:
+        names = set(re.findall(r"\bknarr_[a-z_]+", graph["query"]))
+        assert names and names <= exported, (graph["title"], names - exported)
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "127.0.0.5"])
 def test_a_loopback_debug_ui_needs_no_token(host):
     assert config_from_dict({"sinks": SINKS, "debug": {"enabled": True, "host": host}}).debug.host == host

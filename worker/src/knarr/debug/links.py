@@ -16,6 +16,8 @@ PROMETHEUS_GRAPHS = (
     ("Pool slots in use", "sum(knarr_pool_active{sel})"),
     ("Sink delivery errors per second", "sum by (sink) (rate(knarr_sink_delivery_errors_total{sel}[{rate}]))"),
     ("Dead letters per second", "sum by (sink) (rate(knarr_sink_dlq_messages_total{sel}[{rate}]))"),
+    ("Event loop lag, 99th percentile", "histogram_quantile(0.99, sum by (le) (rate(knarr_event_loop_lag_seconds_bucket{sel}[{rate}])))"),
+    ("Event loop's share of time waiting for a CPU", "sum(rate(knarr_event_loop_cpu_wait_seconds_total{sel}[{rate}]))"),
 )
 
 
