@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import knarr
 import structlog
@@ -129,22 +131,37 @@ def test_a_blocked_uvloop_shows_the_same_lag():
 # --- a starved loop: waiting for a CPU, told apart from a blocked one --------------------------------
 
 STARVED_PROBE = r"""
-import asyncio, json, os, sys
+import asyncio, json, os, sys, time
 import structlog
 from prometheus_client import REGISTRY
 from knarr.observability.loop_lag import LoopLagProbe
 
-os.sched_setaffinity(0, {int(sys.argv[1])})
-os.setpriority(os.PRIO_PROCESS, 0, 19)  # the hogs (nice 0) on the same core get it first
+options = json.loads(sys.argv[1])
+if options.get("core") is not None:
+    os.sched_setaffinity(0, {options["core"]})
+    os.setpriority(os.PRIO_PROCESS, 0, 19)  # the hogs (nice 0) on the same core get it first
+if options.get("cgroup"):
+    with open(os.path.join(options["cgroup"], "cgroup.procs"), "w") as procs:
+        procs.write(str(os.getpid()))
 structlog.configure(processors=[structlog.processors.add_log_level, structlog.processors.JSONRenderer()],
                     logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
+async def busy():  # the loop's own work, 2 ms at a time: what uses up a CPU quota
+    while True:
+        began = time.thread_time()
+        while time.thread_time() - began < 0.002:
+            pass
+        await asyncio.sleep(0)
+
 async def main():
-    probe = LoopLagProbe(interval=0.01, stall_seconds=float(sys.argv[2]), warn_every=60)
+    probe = LoopLagProbe(interval=0.01, stall_seconds=options["stall_seconds"], warn_every=60)
     probe.samples, probe.starved = [], []
     watching = asyncio.create_task(probe.run())
-    await asyncio.sleep(float(sys.argv[3]))
+    working = asyncio.create_task(busy()) if options.get("busy") else None
+    await asyncio.sleep(options["seconds"])
     watching.cancel()
+    if working:
+        working.cancel()
     waited = REGISTRY.get_sample_value("knarr_event_loop_cpu_wait_seconds_total")
     print(json.dumps({"samples": probe.samples, "starved": probe.starved, "cpu_wait_total": waited}))
 
@@ -154,20 +171,43 @@ asyncio.run(main())
 HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 
 
+def _probe(**options: object) -> tuple[dict, list[dict]]:
+    """Run a probe in a process of its own (``options``: see STARVED_PROBE); its figures and its log lines."""
+    done = subprocess.run([sys.executable, "-c", STARVED_PROBE, json.dumps(options)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    logged = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    return json.loads(done.stdout.splitlines()[-1]), logged
+
+
 def _starved_probe(seconds: float, stall_seconds: float) -> tuple[dict, list[dict]]:
-    """Run a probe in a process of its own at nice 19 on one core, beside two busy processes at nice 0 on it."""
+    """A probe at nice 19 on one core, beside two busy processes at nice 0 on it."""
     core = min(os.sched_getaffinity(0))
     hogs = [subprocess.Popen([sys.executable, "-c", HOG, str(core)]) for _ in range(2)]
     try:
-        done = subprocess.run([sys.executable, "-c", STARVED_PROBE, str(core), str(stall_seconds), str(seconds)],
-                              capture_output=True, text=True, timeout=120)
+        return _probe(core=core, seconds=seconds, stall_seconds=stall_seconds)
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
-    assert done.returncode == 0, done.stderr[-2000:]
-    logged = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
-    return json.loads(done.stdout.splitlines()[-1]), logged
+
+
+def _cpu_quota_cgroup(name: str, percent: int) -> tuple[str, Callable[[], None]]:
+    """A cgroup allowed ``percent`` of one CPU (cgroup v2's cpu.max, else v1's CFS quota), and its removal."""
+    v2, v1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/cpu")
+    if (v2 / "cgroup.controllers").exists() and "cpu" in (v2 / "cgroup.subtree_control").read_text().split():
+        group = v2 / name
+        group.mkdir()
+        (group / "cpu.max").write_text(f"{percent * 1000} 100000")
+    elif (v1 / "cpu.cfs_quota_us").exists():
+        group = v1 / name
+        group.mkdir()
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text(str(percent * 1000))
+    else:
+        raise AssertionError("no cgroup CPU controller to set a quota in (cgroup v2 with cpu in /sys/fs/cgroup/"
+                             "cgroup.subtree_control, or v1's /sys/fs/cgroup/cpu): run the tests as root on Linux")
+    return str(group), group.rmdir
 
 
 def test_a_loop_starved_of_cpu_says_so_in_its_stall_warning_and_its_wait_counter():
@@ -182,6 +222,21 @@ def test_a_loop_starved_of_cpu_says_so_in_its_stall_warning_and_its_wait_counter
     assert stall["level"] == "warning"
     assert "waiting for a CPU" in stall["event"] and "executor.max_executors" in stall["event"]
     assert stall["cpu_wait_seconds"] >= stall["lag_seconds"] / 2
+
+
+def test_a_loop_throttled_by_its_cgroup_cpu_quota_says_it_waited_for_a_cpu():
+    """A pod at its CPU limit: the kernel stops its cgroup for the rest of each period, which the thread's
+    run-queue delay counts. A loop busy on its own work inside a 10 % quota stalls ~90 ms a period."""
+    group, remove = _cpu_quota_cgroup(f"knarr-test-{os.getpid()}", percent=10)
+    try:
+        figures, logged = _probe(cgroup=group, busy=True, seconds=1.5, stall_seconds=0.05)
+    finally:
+        remove()
+    late = [(lag, part) for lag, part in zip(figures["samples"], figures["starved"]) if lag >= 0.05]
+    assert late, f"a 10 % quota never delayed the probe 50 ms: {sorted(figures['samples'])[-5:]}"
+    assert sum(part for _, part in late) >= 0.8 * sum(lag for lag, _ in late)  # throttled, not busy
+    [stall] = [line for line in logged if line["event"].startswith("event loop stalled")]
+    assert "waiting for a CPU" in stall["event"] and "CPU limit" in stall["event"]
 
 
 async def test_a_blocked_loop_is_not_mistaken_for_a_starved_one():

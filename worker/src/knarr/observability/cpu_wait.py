@@ -6,7 +6,8 @@ quota to come round again (a pod at its CPU limit). Only the first is the handle
 second is the pod's resources or the node's load. Linux counts the second for every thread:
 ``/proc/thread-self/schedstat`` holds the time the thread ran, the time it waited on a run queue
 while runnable, and how many times it ran. That middle figure, read before and after a probe's
-sleep, says how much of the probe's lag was waiting for a CPU.
+sleep, says how much of the probe's lag was waiting for a CPU. A cgroup's throttled time counts in
+it too: a throttled thread stays queued (docs/performance.md has the measurement).
 
 The file is opened on the thread to measure (``thread-self`` names the opener) and re-read with
 ``pread`` at offset 0, about a microsecond. Where it cannot be opened (not Linux, a kernel
