@@ -35,16 +35,26 @@ def stat_cpu_and_reaped(stat: Path) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
 
 
-def cpu_librdkafka() -> float:
-    """CPU seconds of this process's librdkafka threads (named rdk:main, rdk:broker..., rdk:queue)."""
+def cpu_threads(prefix: str) -> float:
+    """CPU seconds of this process's threads whose name (``/proc/self/task/*/comm``) starts with ``prefix``."""
     total = 0.0
     for task in Path("/proc/self/task").iterdir():
         try:
-            if (task / "comm").read_text().startswith("rdk:"):
+            if (task / "comm").read_text().startswith(prefix):
                 total += stat_cpu_seconds(task / "stat")
         except OSError:
             continue  # the thread ended meanwhile
     return total
+
+
+def cpu_librdkafka() -> float:
+    """CPU seconds of this process's librdkafka threads (named rdk:main, rdk:broker..., rdk:queue)."""
+    return cpu_threads("rdk:")
+
+
+def cpu_runner() -> float:
+    """CPU seconds of the native runner's thread (runner.c names it knarr-runner): spawning, capturing, reaping."""
+    return cpu_threads("knarr-runner")
 
 
 def cpu_thread() -> float:

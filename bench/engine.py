@@ -327,8 +327,11 @@ def report(args: argparse.Namespace, rounds: list[Round], spawns: list[Figure], 
     print(f"  {'    reference: b / asyncio.create_subprocess_exec rate':58}{b.rate / a_ref.rate:>14.2f}")
     print(f"  {'    of (d), the event loop thread':58}{b.loop_us:>10.0f} us")
     print(f"  {'    of (d), librdkafka (consumer, producer threads)':58}{b.kafka_cpu_seconds / b.count * 1e6:>10.0f} us")
-    other = b.cpu_seconds - b.loop_cpu_seconds - b.kafka_cpu_seconds
-    print(f"  {'    of (d), the rest (spawner, other threads)':58}{other / b.count * 1e6:>10.0f} us")
+    against = f"  (the C floor's parent: {floor.cpu_us:.0f} us a spawn)" if floor is not None else ""
+    print(f"  {'    of (d), the native runner (spawning, capturing, reaping)':58}"
+          f"{b.runner_cpu_seconds / b.count * 1e6:>10.0f} us{against}")
+    other = b.cpu_seconds - b.loop_cpu_seconds - b.kafka_cpu_seconds - b.runner_cpu_seconds
+    print(f"  {'    of (d), the rest (other threads)':58}{other / b.count * 1e6:>10.0f} us")
     if b.broker_us is not None:
         print(f"  {'    not in (d): the local broker (JVM), per task':58}{b.broker_us:>10.0f} us")
     print(f"      ({b.count} tasks in {b.seconds:.2f}s, {b.cpu_seconds:.2f} CPU-s of the worker process; "

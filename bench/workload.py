@@ -17,7 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # for tests.services.kafka (broker start and topic helpers)
 
 import knarr  # noqa: E402
-from clocks import broker_cpu_seconds, cpu_children, cpu_librdkafka, cpu_self, cpu_thread  # noqa: E402
+from clocks import broker_cpu_seconds, cpu_children, cpu_librdkafka, cpu_runner, cpu_self, cpu_thread  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.config.models import ExecutorConfig  # noqa: E402
 from knarr.engine.environment import task_environment  # noqa: E402
@@ -48,6 +48,7 @@ class Figure:
     lag_samples: list[float] | None = None  # the event loop's lag, probed every LAG_PROBE_SECONDS
     starved_samples: list[float | None] | None = None  # each lag's part waiting for a CPU, at most (loop_lag.py)
     events: int = 0  # what the flight recorder took, when it was on
+    runner_cpu_seconds: float = 0.0  # the native runner's thread's share of cpu_seconds (spawn mode)
 
     @property
     def lag_p99_ms(self) -> float | None:
@@ -121,6 +122,7 @@ class TimedSource:
         self.committed: dict[int, int] = {}
         self.first_at: float | None = None
         self.first_cpu = self.first_loop_cpu = self.first_kafka_cpu = self.first_children_cpu = 0.0
+        self.first_runner_cpu = self.done_runner_cpu = 0.0
         self.done_at: float | None = None
         self.done_cpu = self.done_loop_cpu = self.done_kafka_cpu = self.done_children_cpu = 0.0
         self.first_broker = self.done_broker = None
@@ -136,6 +138,7 @@ class TimedSource:
         if messages and self.first_at is None:
             self.first_at, self.first_cpu, self.first_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
             self.first_kafka_cpu, self.first_children_cpu = cpu_librdkafka(), cpu_children()
+            self.first_runner_cpu = cpu_runner()
             self.first_broker = broker_cpu_seconds()
             self.first_lag = self._lag_count()
         self._committed(done)
@@ -151,6 +154,7 @@ class TimedSource:
         if self.done_at is None and all(self.committed.get(p, 0) >= end for p, end in self.ends.items()):
             self.done_at, self.done_cpu, self.done_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
             self.done_kafka_cpu, self.done_children_cpu = cpu_librdkafka(), cpu_children()
+            self.done_runner_cpu = cpu_runner()
             self.done_broker = broker_cpu_seconds()
             self.done_lag = self._lag_count()
             if self.worker is not None:
@@ -244,7 +248,8 @@ async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_execu
                     source.done_loop_cpu - source.first_loop_cpu, source.done_kafka_cpu - source.first_kafka_cpu,
                     source.done_children_cpu - source.first_children_cpu, broker_cpu_seconds=broker,
                     lag_samples=source.lag_samples(),
-                    starved_samples=source.starved_samples(), events=source.events)
+                    starved_samples=source.starved_samples(), events=source.events,
+                    runner_cpu_seconds=source.done_runner_cpu - source.first_runner_cpu)
     return figure, worker
 
 

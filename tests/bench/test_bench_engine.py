@@ -34,6 +34,7 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
                 "diagnostic: b with the backpressure pause out of reach", "profile: ",
                 "ceiling, a worker costing nothing: cores / (child + broker)",
                 "ceiling, a worker costing nothing: cores / (program + broker)", "of (d), librdkafka",
+                "of (d), the native runner (spawning, capturing, reaping)", "of (d), the rest (other threads)",
                 "ceiling, one event loop: 1 / its CPU per task",
                 "the same with executor.spawner: thread", "the same through the spawner thread",
                 "a task process in (b): its CPU", "ceiling, a worker costing nothing: cores / (child in (b) + broker)",
@@ -61,6 +62,10 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
         verdict = "PASS" if ratio["met"] else "MISS"
         assert re.search(rf"^  {re.escape(label)}: the median of 2 rounds .* {verdict}$", table, re.MULTILINE), table
     assert figures["worker_cpu_us"]["median"] > 0 and figures["lag_p99_ms"]["worst"] >= 0, figures
+    # spawn mode's worker CPU taken apart by thread: the native runner's (its thread found by name) is a part of it
+    for r in rounds:
+        spawn = r["spawn"]
+        assert 0 < spawn["runner_cpu_seconds"] <= spawn["cpu_seconds"] - spawn["loop_cpu_seconds"], spawn
     # the lag less the loop's waits for a CPU (Linux counts them, as CI's runs): never more than the lag
     assert 0 <= figures["lag_p99_ms"]["own_worst"] <= figures["lag_p99_ms"]["worst"], figures
     assert "the same less its waits for a CPU" in table
