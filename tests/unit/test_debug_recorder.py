@@ -7,10 +7,13 @@ import datetime
 import gc
 import json
 import math
+import re
 import threading
 
 import pytest
+from prometheus_client import REGISTRY
 
+import knarr.observability.metrics  # noqa: F401  (registers the worker's metrics, which the Prometheus graphs query)
 from knarr.config.loading import ConfigError, config_from_dict
 from knarr.config.models import DebugConfig
 from knarr.debug import queries, schema
@@ -237,11 +240,6 @@ def test_prometheus_links_select_the_worker_and_cluster_by_their_labels():
 
 
 def test_every_prometheus_graph_queries_metrics_the_worker_exports():
-    import re
-
-    import knarr.observability.metrics  # noqa: F401  (registers the worker's metrics)
-    from prometheus_client import REGISTRY
-
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
     exported = {family.name + suffix for family in REGISTRY.collect() for suffix in suffixes.get(family.type, ("",))}
     config = DebugConfig(prometheus_url="http://prom:9090")
