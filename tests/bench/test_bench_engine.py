@@ -7,6 +7,7 @@ The figures are read from the bench's --json, not from the table's columns.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -62,10 +63,14 @@ def test_a_tiny_make_bench_runs_every_mode_on_the_real_broker_and_prints_its_tab
         verdict = "PASS" if ratio["met"] else "MISS"
         assert re.search(rf"^  {re.escape(label)}: the median of 2 rounds .* {verdict}$", table, re.MULTILINE), table
     assert figures["worker_cpu_us"]["median"] > 0 and figures["lag_p99_ms"]["worst"] >= 0, figures
-    # spawn mode's worker CPU taken apart by thread: the native runner's (its thread found by name) is a part of it
+    # spawn mode's worker CPU taken apart by thread: the native runner's (its thread found by name) is a part of it.
+    # A thread's CPU is read from /proc in clock ticks, the process's from getrusage to the microsecond: the
+    # runner's share may exceed the rest by less than one tick (CI's run saw 30 ms against 28.7).
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    assert sum(r["spawn"]["runner_cpu_seconds"] for r in rounds) > 0, rounds
     for r in rounds:
         spawn = r["spawn"]
-        assert 0 < spawn["runner_cpu_seconds"] <= spawn["cpu_seconds"] - spawn["loop_cpu_seconds"], spawn
+        assert 0 <= spawn["runner_cpu_seconds"] <= spawn["cpu_seconds"] - spawn["loop_cpu_seconds"] + tick, spawn
     # the lag less the loop's waits for a CPU (Linux counts them, as CI's runs): never more than the lag
     assert 0 <= figures["lag_p99_ms"]["own_worst"] <= figures["lag_p99_ms"]["worst"], figures
     assert "the same less its waits for a CPU" in table
