@@ -70,3 +70,8 @@ def broker_cpu_seconds() -> float | None:
         return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
     except (OSError, IndexError):
         return None
+
+
+def broker_between(first: float | None, done: float | None) -> float | None:
+    """The broker's CPU seconds between two readings of broker_cpu_seconds; None unless both were read."""
+    return None if first is None or done is None else done - first

@@ -52,7 +52,7 @@ sys.path.insert(0, str(BENCH.parent))
 
 import knarr  # noqa: E402
 from ceilings import persistent_ceiling  # noqa: E402
-from clocks import cpu_self, stat_cpu_seconds  # noqa: E402
+from clocks import broker_between, cpu_self, stat_cpu_seconds  # noqa: E402
 from echo_handler import EchoHandler  # noqa: E402
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.engine import event_loop  # noqa: E402
@@ -226,9 +226,7 @@ async def run_workers(bootstrap: str, mode: str, messages: int, max_executors: i
         runs.append(json.loads(lines[-1][len(ONE_WORKER_RESULT):]))
     first = min(runs, key=lambda run: run["first_at"])
     last = max(runs, key=lambda run: run["done_at"])
-    broker = None
-    if first["first_broker"] is not None and last["done_broker"] is not None:
-        broker = last["done_broker"] - first["first_broker"]
+    broker = broker_between(first["first_broker"], last["done_broker"])
     return Figure(sum(run["count"] for run in runs), last["done_at"] - first["first_at"],
                   sum(run["cpu_seconds"] for run in runs), sum(run["loop_cpu_seconds"] for run in runs),
                   children_cpu_seconds=sum(run["programs_cpu"] or 0.0 for run in runs), broker_cpu_seconds=broker)
@@ -243,9 +241,9 @@ async def _one_worker(spec: dict) -> int:
     figure, programs_cpu, source = await run_worker(spec["bootstrap"], spec["mode"], spec["topic"], ends,
                                                     spec["max_executors"])
     print(ONE_WORKER_RESULT + json.dumps({  # perf_counter is the system's monotonic clock: comparable across processes
-        "count": figure.count, "first_at": source.first_at, "done_at": source.done_at,
+        "count": figure.count, "first_at": source.first.at, "done_at": source.done.at,
         "cpu_seconds": figure.cpu_seconds, "loop_cpu_seconds": figure.loop_cpu_seconds,
-        "programs_cpu": programs_cpu, "first_broker": source.first_broker, "done_broker": source.done_broker}),
+        "programs_cpu": programs_cpu, "first_broker": source.first.broker, "done_broker": source.done.broker}),
         flush=True)
     return 0
 

@@ -53,7 +53,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
 from ceilings import busy_cores, print_ceilings, taken_apart  # noqa: E402
-from clocks import broker_cpu_seconds, stat_cpu_and_reaped  # noqa: E402
+from clocks import broker_between, broker_cpu_seconds, stat_cpu_and_reaped  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 from persistent import ECHO_PROGRAM, PERSISTENT_RUN_FACTOR, SPAWN_BINARY, TARGET_RATIO  # noqa: E402
 from results import add_option as add_json_option  # noqa: E402
@@ -245,7 +245,7 @@ def run_pod(bootstrap: str, mode: str, program: list[str] | None, messages: int,
                 except subprocess.TimeoutExpired:
                     pod.kill()
                     pod.wait()
-    broker = None if first.broker_cpu is None or last.broker_cpu is None else last.broker_cpu - first.broker_cpu
+    broker = broker_between(first.broker_cpu, last.broker_cpu)
     return Row(mode, processes, tasks=last.committed - first.committed, seconds=last.at - first.at,
                cpu_seconds=last.knarr_cpu - first.knarr_cpu, tasks_cpu_seconds=last.tasks_cpu - first.tasks_cpu,
                broker_cpu_seconds=broker)

@@ -38,7 +38,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent / "worker" / "src"))
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from clocks import broker_cpu_seconds, cpu_self, stat_cpu_seconds  # noqa: E402
+from clocks import broker_between, broker_cpu_seconds, cpu_self, stat_cpu_seconds  # noqa: E402
 from knarr.engine.frames import Decoder, encode  # noqa: E402
 
 RESULT = "RESULT "
@@ -171,7 +171,7 @@ def run(spec: dict) -> dict:
     programs_cpu = programs.cpu_seconds()
     programs.close()
     consumer.close()
-    broker = None if first["broker"] is None or done["broker"] is None else done["broker"] - first["broker"]
+    broker = broker_between(first["broker"], done["broker"])
     return {"count": total, "seconds": done["at"] - first["at"], "cpu_seconds": done["cpu"] - first["cpu"],
             "loop_cpu_seconds": done["loop"] - first["loop"], "programs_cpu": programs_cpu,
             "broker_cpu_seconds": broker}

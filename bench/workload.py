@@ -17,7 +17,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # for tests.services.kafka (broker start and topic helpers)
 
 import knarr  # noqa: E402
-from clocks import broker_cpu_seconds, cpu_children, cpu_librdkafka, cpu_runner, cpu_self, cpu_thread  # noqa: E402
+from clocks import (  # noqa: E402
+    broker_between, broker_cpu_seconds, cpu_children, cpu_librdkafka, cpu_runner, cpu_self, cpu_thread)
 from knarr.config.loading import config_from_dict  # noqa: E402
 from knarr.config.models import ExecutorConfig  # noqa: E402
 from knarr.engine.environment import task_environment  # noqa: E402
@@ -112,21 +113,36 @@ class TrueHandler(knarr.BaseHandler[None, None]):
         return knarr.CollectResult(kafka=[knarr.KafkaPayload(data=result.task.metadata)])
 
 
+@dataclass(frozen=True)
+class Clocks:
+    """Every clock a run is measured by, read at one moment: the run's figures are two readings' differences."""
+
+    at: float  # time.perf_counter(): the system's monotonic clock, comparable across processes
+    cpu: float  # this process, all threads
+    loop_cpu: float  # the calling thread (the event loop's)
+    kafka_cpu: float  # librdkafka's threads
+    children_cpu: float  # reaped children
+    runner_cpu: float  # the native runner's thread
+    broker: float | None  # the local broker, when it was started from this checkout
+    lag: int  # loop-lag probes taken so far
+
+    @classmethod
+    def read(cls, lag: int) -> Clocks:
+        return cls(time.perf_counter(), cpu_self(), cpu_thread(), cpu_librdkafka(), cpu_children(), cpu_runner(),
+                   broker_cpu_seconds(), lag)
+
+
 class TimedSource:
-    """The Kafka source, with a clock: first consumed batch -> every end offset committed (then stop)."""
+    """The Kafka source, with a clock: first consumed batch -> every end offset committed (then stop).
+    ``first`` and ``done`` are the clocks read at those two moments (None until then)."""
 
     def __init__(self, inner: KafkaSource, ends: dict[int, int]) -> None:
         self.inner = inner
         self.topic = inner.topic
         self.ends = ends
         self.committed: dict[int, int] = {}
-        self.first_at: float | None = None
-        self.first_cpu = self.first_loop_cpu = self.first_kafka_cpu = self.first_children_cpu = 0.0
-        self.first_runner_cpu = self.done_runner_cpu = 0.0
-        self.done_at: float | None = None
-        self.done_cpu = self.done_loop_cpu = self.done_kafka_cpu = self.done_children_cpu = 0.0
-        self.first_broker = self.done_broker = None
-        self.first_lag = self.done_lag = 0
+        self.first: Clocks | None = None
+        self.done: Clocks | None = None
         self.worker: Worker | None = None
         self.events = 0  # what the flight recorder took, when it is on
 
@@ -135,12 +151,8 @@ class TimedSource:
 
     async def poll(self, max_records, commits):
         messages, done = await self.inner.poll(max_records, commits)
-        if messages and self.first_at is None:
-            self.first_at, self.first_cpu, self.first_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
-            self.first_kafka_cpu, self.first_children_cpu = cpu_librdkafka(), cpu_children()
-            self.first_runner_cpu = cpu_runner()
-            self.first_broker = broker_cpu_seconds()
-            self.first_lag = self._lag_count()
+        if messages and self.first is None:
+            self.first = Clocks.read(self._lag_count())
         self._committed(done)
         return messages, done
 
@@ -151,12 +163,8 @@ class TimedSource:
 
     def _committed(self, done: dict[int, int]) -> None:
         self.committed.update(done)
-        if self.done_at is None and all(self.committed.get(p, 0) >= end for p, end in self.ends.items()):
-            self.done_at, self.done_cpu, self.done_loop_cpu = time.perf_counter(), cpu_self(), cpu_thread()
-            self.done_kafka_cpu, self.done_children_cpu = cpu_librdkafka(), cpu_children()
-            self.done_runner_cpu = cpu_runner()
-            self.done_broker = broker_cpu_seconds()
-            self.done_lag = self._lag_count()
+        if self.done is None and all(self.committed.get(p, 0) >= end for p, end in self.ends.items()):
+            self.done = Clocks.read(self._lag_count())
             if self.worker is not None:
                 if self.worker.recorder is not None:
                     self.events = self.worker.recorder.describe()["events"]
@@ -168,11 +176,11 @@ class TimedSource:
 
     def lag_samples(self) -> list[float] | None:
         samples = self.worker.loop_lag.samples if self.worker is not None else None
-        return None if samples is None else samples[self.first_lag:self.done_lag]
+        return None if samples is None else samples[self.first.lag:self.done.lag]
 
     def starved_samples(self) -> list[float | None] | None:
         starved = self.worker.loop_lag.starved if self.worker is not None else None
-        return None if starved is None else starved[self.first_lag:self.done_lag]
+        return None if starved is None else starved[self.first.lag:self.done.lag]
 
     def set_paused(self, partitions) -> None:
         self.inner.set_paused(partitions)
@@ -238,18 +246,15 @@ async def engine_run(bootstrap: str, topic: str, ends: dict[int, int], max_execu
     finally:
         if profiler is not None:
             profiler.disable()
-    if code != 0 or source.first_at is None or source.done_at is None:
+    first, last = source.first, source.done
+    if code != 0 or first is None or last is None:
         raise RuntimeError(f"engine run did not finish cleanly (exit {code}); committed {source.committed}, ends {ends}")
-    tasks = worker.stats.tasks
-    broker = None
-    if source.first_broker is not None and source.done_broker is not None:
-        broker = source.done_broker - source.first_broker
-    figure = Figure(tasks, source.done_at - source.first_at, source.done_cpu - source.first_cpu,
-                    source.done_loop_cpu - source.first_loop_cpu, source.done_kafka_cpu - source.first_kafka_cpu,
-                    source.done_children_cpu - source.first_children_cpu, broker_cpu_seconds=broker,
+    figure = Figure(worker.stats.tasks, last.at - first.at, last.cpu - first.cpu, last.loop_cpu - first.loop_cpu,
+                    last.kafka_cpu - first.kafka_cpu, last.children_cpu - first.children_cpu,
+                    broker_cpu_seconds=broker_between(first.broker, last.broker),
                     lag_samples=source.lag_samples(),
                     starved_samples=source.starved_samples(), events=source.events,
-                    runner_cpu_seconds=source.done_runner_cpu - source.first_runner_cpu)
+                    runner_cpu_seconds=last.runner_cpu - first.runner_cpu)
     return figure, worker
 
 
