@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import json
 import os
+import platform
+import signal
 import subprocess
+import sys
 import sysconfig
 import threading
 import time
@@ -148,6 +152,50 @@ def test_a_forked_child_starts_a_runner_of_its_own():
     os.waitpid(pid, 0)
     assert said == b"ok"
 
+
+
+# --- the signal handlers a task starts with ------------------------------------------------------
+_HANDLERS_SCRIPT = """
+import asyncio, json, signal, sys
+from knarr.engine import native
+from knarr.engine.processes import run_process
+
+signal.signal(signal.SIGUSR1, lambda *_: None)  # the worker's own handlers: the task must not keep them
+signal.signal(signal.SIGHUP, signal.SIG_IGN)  # ignored in the worker: ignored in the task, as posix_spawn leaves it
+runner = native.runner()
+if sys.argv[1] == "ask":
+    runner.clears_handlers(stop=True)
+
+def mask(status, field):
+    value = int(next(line for line in status.splitlines() if line.startswith(field + ":")).split()[1], 16)
+    return sorted(n for n in range(1, 65) if value >> (n - 1) & 1)
+
+async def main():
+    done = await run_process(["cat", "/proc/self/status"], stdin=None, env=None, timeout=10, runner=runner)
+    print(json.dumps({"ignored": mask(done.stdout, "SigIgn"), "caught": mask(done.stdout, "SigCgt"),
+                      "blocked": mask(done.stdout, "SigBlk"), "cleared": runner.clears_handlers()}))
+
+asyncio.run(main())
+"""
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    release = tuple(int(part) for part in os.uname().release.split("-")[0].split(".")[:2])
+    return release >= (major, minor)
+
+
+@pytest.mark.parametrize("way", ["clear", "ask"])
+def test_a_task_starts_with_no_handler_of_the_workers_whichever_way_the_runner_clones(way):
+    """``clear``: clone3 with CLONE_CLEAR_SIGHAND, the kernel resetting the handlers at once (x86-64,
+    Linux 5.5 or later); ``ask``: the child asking for each signal's, as posix_spawn's does (other
+    machines, or clone3 filtered out). A task sees the same either way."""
+    done = subprocess.run([sys.executable, "-c", _HANDLERS_SCRIPT, way], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    assert seen["ignored"] == [signal.SIGHUP]  # not SIGPIPE nor SIGXFSZ, which Python ignores
+    assert seen["caught"] == [] and seen["blocked"] == []
+    fast_here = platform.machine() == "x86_64" and _kernel_at_least(5, 5)
+    assert seen["cleared"] == (way == "clear" and fast_here), (platform.machine(), os.uname().release)
 
 
 # --- the wheel ---------------------------------------------------------------------------------

@@ -24,7 +24,10 @@
  * defaults and no signal blocked, then waits on the tasks' pidfds with one epoll (the thread
  * blocks every signal but SIGCHLD, which its tasks' exits send it). It spawns
  * as posix_spawnp does (clone with CLONE_VM | CLONE_VFORK, the PATH lookup, the same errors)
- * but on one stack mapped for good, and gets each pidfd from the clone itself. When a task's
+ * but on one stack mapped for good, and gets each pidfd from the clone itself. Where it can (x86-64,
+ * Linux 5.5 or later, clone3 not filtered out) it clones with CLONE_CLEAR_SIGHAND, so the kernel
+ * resets the interpreter's signal handlers in the child at once, where posix_spawn's child asks
+ * for each of the 64 signals' handler in a system call of its own (13 us a task here). When a task's
  * leader exits, its group is swept with SIGKILL (the unreaped leader keeps the group's id
  * from being reused) and the leader is reaped.
  *
@@ -49,7 +52,8 @@
  * containment's sweep of detached orphans (containment.py) relies on it to leave the runner's
  * processes alone.
  *
- * Linux only (CLONE_PIDFD: 5.2 or later). Build: cc -O2 -shared -fPIC -pthread runner.c
+ * Linux only (CLONE_PIDFD: 5.2 or later; CLONE_CLEAR_SIGHAND: 5.5, used when the kernel takes it).
+ * Build: cc -O2 -shared -fPIC -pthread runner.c
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -70,7 +74,7 @@
 
 extern char **environ;
 
-#define KR_ABI 9 /* bump when a signature or kr_event_t changes: native.py checks it */
+#define KR_ABI 10 /* bump when a signature or kr_event_t changes: native.py checks it */
 #define HOLD_NS_UNSET 3000000 /* the longest the loop's wake-up is held back until kr_set_batch says */
 #define FRESH_PAIRS 8    /* stdout/stderr memfd pairs the thread keeps made, ready for the next tasks */
 
@@ -138,6 +142,7 @@ typedef struct {
     int epfd, wake_fd, done_fd;
     sigset_t defaults; /* what the tasks start with at their defaults */
     char *stack;       /* the children's, until they exec (spawns are one at a time) */
+    int clear_sighand; /* the thread's: clone3 with CLONE_CLEAR_SIGHAND may be tried (0 once it was refused) */
 } runner_t;
 
 static const char DEV_NULL[] = "/dev/null";
@@ -146,6 +151,46 @@ static const char DEV_NULL[] = "/dev/null";
 #define CLONE_PIDFD 0x00001000 /* Linux 5.2 */
 #endif
 #define STACK_BYTES (256 * 1024)
+
+#if defined(__x86_64__)
+#define CLEAR_SIGHAND_TRIED 1
+/* clone3 (Linux 5.3) and its arguments' first version, spelled out: older kernel headers lack them. */
+#define SYS_CLONE3 435
+#define CLONE_CLEAR_SIGHAND_FLAG 0x100000000ULL /* Linux 5.5 */
+typedef struct {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+} clone3_args_t;
+
+/* clone3, the child calling fn(arg) on the stack the arguments give it, then exiting with what fn
+ * returns; the parent gets clone3's answer: the child's pid, or -errno. In assembly, because the
+ * child starts on its new stack right after the system call, where no C frame of the caller is.
+ * (fn and arg wait in r8 and r9, which the system call leaves alone in both processes.) */
+__attribute__((visibility("hidden"))) long kr_clone3(clone3_args_t *args, size_t size, int (*fn)(void *), void *arg);
+__asm__(".pushsection .text\n"
+        ".globl kr_clone3\n"
+        ".hidden kr_clone3\n"
+        ".type kr_clone3, @function\n"
+        "kr_clone3:\n"
+        "    mov %rdx, %r8\n"
+        "    mov %rcx, %r9\n"
+        "    mov $435, %eax\n"
+        "    syscall\n"
+        "    test %rax, %rax\n"
+        "    jz 1f\n"
+        "    ret\n"
+        "1:  xor %ebp, %ebp\n" /* the child: no frame above fn's */
+        "    and $-16, %rsp\n"
+        "    mov %r9, %rdi\n"
+        "    call *%r8\n"
+        "    mov %eax, %edi\n"
+        "    mov $60, %eax\n" /* exit: fn never returns, but should it */
+        "    syscall\n"
+        "    hlt\n"
+        ".size kr_clone3, .-kr_clone3\n"
+        ".popsection\n");
+#else
+#define CLEAR_SIGHAND_TRIED 0 /* other architectures: the child asks for each handler, as posix_spawn's does */
+#endif
 
 int kr_abi(void) { return KR_ABI; }
 
@@ -212,6 +257,7 @@ typedef struct {
     const job_t *job;
     const runner_t *r;
     const char *search; /* PATH to search, or NULL when path names a file */
+    int handlers_cleared; /* cloned with CLONE_CLEAR_SIGHAND: no handler of the interpreter's is left */
     volatile int error; /* errno of what failed in the child; 0 once it has exec'd */
 } start_t;
 
@@ -268,7 +314,8 @@ static int child(void *arg) {
     for (int sig = 1; sig < NSIG; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP) continue;
         if (sigismember(&s->r->defaults, sig) == 1 ||
-            (sigaction(sig, NULL, &now) == 0 && now.sa_handler != SIG_IGN && now.sa_handler != SIG_DFL))
+            (!s->handlers_cleared && sigaction(sig, NULL, &now) == 0 && now.sa_handler != SIG_IGN &&
+             now.sa_handler != SIG_DFL))
             sigaction(sig, &dfl, NULL);
     }
     sigset_t none;
@@ -284,8 +331,30 @@ failed:
 
 /* Spawn the job (under `jobs`): 0 when it runs (listed), else the errno of what failed, with
  * *pid the child's when one was made (it has been killed and reaped). */
+static pid_t clone_child(runner_t *r, start_t *start, int *pidfd) {
+#if defined(__x86_64__)
+    if (r->clear_sighand) {
+        clone3_args_t args = {.flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_CLEAR_SIGHAND_FLAG,
+                              .pidfd = (uint64_t)(uintptr_t)pidfd, .exit_signal = SIGCHLD,
+                              .stack = (uint64_t)(uintptr_t)r->stack, .stack_size = STACK_BYTES};
+        start->handlers_cleared = 1;
+        long pid = kr_clone3(&args, sizeof args, child, start);
+        if (pid >= 0) return (pid_t)pid;
+        /* Refused as a whole (no clone3 before 5.3, no CLONE_CLEAR_SIGHAND before 5.5, or a seccomp
+         * filter), no child made: clone as posix_spawn does, from now on. Else a real failure. */
+        if (pid != -ENOSYS && pid != -EINVAL && pid != -EPERM) {
+            errno = (int)-pid;
+            return -1;
+        }
+        r->clear_sighand = 0;
+        start->handlers_cleared = 0;
+    }
+#endif
+    return clone(child, r->stack + STACK_BYTES, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, start, pidfd);
+}
+
 static int spawn(runner_t *r, job_t *job, pid_t *pid_out) {
-    start_t start = {.job = job, .r = r, .search = NULL, .error = 0};
+    start_t start = {.job = job, .r = r, .search = NULL, .handlers_cleared = 0, .error = 0};
     *pid_out = 0;
     if (!strchr(job->args[0], '/')) {
         start.search = getenv("PATH");
@@ -296,7 +365,7 @@ static int spawn(runner_t *r, job_t *job, pid_t *pid_out) {
      * once rather than per spawn (unmapping it cost a TLB shootdown across CPUs each time), and
      * with the pidfd from the same call. */
     int64_t started = now_ns(CLOCK_MONOTONIC);
-    pid_t pid = clone(child, r->stack + STACK_BYTES, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &start, &pidfd);
+    pid_t pid = clone_child(r, &start, &pidfd);
     if (pid < 0) return errno;
     if (start.error) {
         reap_now(pid, &status);
@@ -595,6 +664,7 @@ runner_t *kr_new(const int *reset, int n, int64_t first_check_ns, int64_t last_c
     r->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     r->batch = 1;
     r->hold_ns = HOLD_NS_UNSET;
+    r->clear_sighand = CLEAR_SIGHAND_TRIED;
     struct epoll_event wake = {.events = EPOLLIN, .data.ptr = NULL};
     r->stack = mmap(NULL, STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (r->stack == MAP_FAILED) r->stack = NULL;
@@ -774,6 +844,17 @@ int kr_kill(runner_t *r, int64_t id, double wait_seconds) {
     }
     pthread_mutex_unlock(&r->jobs);
     return 2;
+}
+
+/* Whether spawns clone with CLONE_CLEAR_SIGHAND (1) or the child asks for each signal's handler
+ * (0); until the first spawn, 1 says it will be tried. `off` stops trying for good (the tests'
+ * way to the other path). Under `jobs`, which every spawn holds. */
+int kr_clear_sighand(runner_t *r, int off) {
+    pthread_mutex_lock(&r->jobs);
+    if (off) r->clear_sighand = 0;
+    int now = r->clear_sighand;
+    pthread_mutex_unlock(&r->jobs);
+    return now;
 }
 
 /* Hold off spawns and reaps (1), or 0 when one is under way; kr_resume ends the pause. */

@@ -41,7 +41,7 @@ from knarr.engine.spawner import RESET_SIGNALS, EnvCache, exec_block
 from knarr.errors import ConfigError
 from knarr.observability.logging import get_logger
 
-ABI = 9  # runner.c's KR_ABI
+ABI = 10  # runner.c's KR_ABI
 FRESH_PAIRS = 8  # runner.c's: stdout/stderr memfd pairs its thread keeps made ahead
 LIBRARY = "_knarr_runner"  # site-packages/_knarr_runner.so, put there by the wheel
 # Most ended tasks the loop takes in one callback: the rest stay signalled on the eventfd and come
@@ -118,6 +118,7 @@ def _load() -> tuple[ctypes.CDLL, ctypes.PyDLL]:
     waiting.kr_new.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
                                ctypes.c_int64]
     waiting.kr_kill.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double]
+    waiting.kr_clear_sighand.argtypes = [ctypes.c_void_p, ctypes.c_int]
     quick.kr_done_fd.argtypes = [ctypes.c_void_p]
     quick.kr_submit.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p,
                                 ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
@@ -249,6 +250,13 @@ class NativeRunner:
                 heads += out_len + err_len
         if heads > FREE_NOW_BYTES:  # big heads go now, not at the next wake-up (kr_collect frees them)
             self._lib.kr_collect(self._handle, events, 0)
+
+    def clears_handlers(self, stop: bool = False) -> bool:
+        """Whether tasks are cloned with CLONE_CLEAR_SIGHAND (x86-64, Linux 5.5 or later, clone3 allowed):
+        the kernel resets the interpreter's signal handlers in the child, where posix_spawn's child
+        asks for each signal's in a system call of its own. True before the first spawn means it will
+        be tried. ``stop``: clone the other way from now on (what a kernel without it gets)."""
+        return bool(self._waiting.kr_clear_sighand(self._handle, int(stop)))
 
     # --- containment's sweep ---------------------------------------------------------------
     def pause(self) -> bool:
