@@ -56,6 +56,12 @@ async def test_the_environment_is_passed_as_given():
     assert out.stdout == "42\n"
 
 
+async def test_a_task_without_stdin_data_reads_dev_null_read_only():
+    script = "readlink /proc/self/fd/0; cat; echo x >&0 2>/dev/null || echo read-only"
+    out = await run_process(["sh", "-c", script], stdin=None, env=None, timeout=10)
+    assert (out.exit_code, out.stdout) == (0, "/dev/null\nread-only\n")
+
+
 async def test_the_child_inherits_only_stdin_stdout_and_stderr():
     leaked_r, leaked_w = os.pipe()
     os.set_inheritable(leaked_w, True)  # as if inherited from whoever started the worker
