@@ -157,7 +157,6 @@ static const char DEV_NULL[] = "/dev/null";
 #if defined(__x86_64__)
 #define CLEAR_SIGHAND_TRIED 1
 /* clone3 (Linux 5.3) and its arguments' first version, spelled out: older kernel headers lack them. */
-#define SYS_CLONE3 435
 #define CLONE_CLEAR_SIGHAND_FLAG 0x100000000ULL /* Linux 5.5 */
 typedef struct {
     uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
@@ -175,7 +174,7 @@ __asm__(".pushsection .text\n"
         "kr_clone3:\n"
         "    mov %rdx, %r8\n"
         "    mov %rcx, %r9\n"
-        "    mov $435, %eax\n"
+        "    mov $435, %eax\n" /* clone3 */
         "    syscall\n"
         "    test %rax, %rax\n"
         "    jz 1f\n"
@@ -332,8 +331,7 @@ failed:
     _exit(127);
 }
 
-/* Spawn the job (under `jobs`): 0 when it runs (listed), else the errno of what failed, with
- * *pid the child's when one was made (it has been killed and reaped). */
+/* Clone the child that execs the job: its pid (-1 and errno when that failed), its pidfd in *pidfd. */
 static pid_t clone_child(runner_t *r, start_t *start, int *pidfd) {
 #if defined(__x86_64__)
     if (r->clear_sighand) {
@@ -356,6 +354,8 @@ static pid_t clone_child(runner_t *r, start_t *start, int *pidfd) {
     return clone(child, r->stack + STACK_BYTES, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, start, pidfd);
 }
 
+/* Spawn the job (under `jobs`): 0 when it runs (listed), else the errno of what failed, with
+ * *pid the child's when one was made (it has been killed and reaped). */
 static int spawn(runner_t *r, job_t *job, pid_t *pid_out) {
     start_t start = {.job = job, .r = r, .search = NULL, .handlers_cleared = 0, .error = 0};
     *pid_out = 0;
