@@ -16,7 +16,7 @@ from knarr.engine import native, spawner
 from knarr.engine.processes import run_process
 
 from tests.worker.harness import BEHAVE, local_config
-from tests.worker.procs import alive_with
+from tests.worker.procs import alive_with, signal_set
 
 
 
@@ -301,17 +301,12 @@ async def test_a_sweep_skipped_for_coming_too_soon_is_made_up_once_a_moment_late
     assert swept == [1]  # ...and one sweep is made up for them
 
 
-def _ignored_signals(status: str) -> set[int]:
-    mask = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
-    return {number for number in range(1, 65) if mask >> (number - 1) & 1}
-
-
 @pytest.mark.parametrize("through", ["thread", "native"])
 async def test_a_task_starts_with_sigpipe_and_sigxfsz_at_their_defaults_as_subprocess_would_give_them(through):
     """Python ignores both; left so, `yes | head -1` in a task's shell complains of a broken pipe."""
     runner = native.runner() if through == "native" else None
     status = await run_process(["cat", "/proc/self/status"], stdin=None, env=None, timeout=10, runner=runner)
-    assert not _ignored_signals(status.stdout) & {13, 25}  # SIGPIPE, SIGXFSZ
+    assert not signal_set(status.stdout, "SigIgn") & {13, 25}  # SIGPIPE, SIGXFSZ
     piped = await run_process(["sh", "-c", "yes | head -1"], stdin=None, env=None, timeout=10, runner=runner)
     assert (piped.exit_code, piped.stdout, piped.stderr) == (0, "y\n", "")
 

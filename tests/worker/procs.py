@@ -51,6 +51,12 @@ def status_kb(pid: int, field: str) -> int | None:
     return None
 
 
+def signal_set(status: str, field: str) -> set[int]:
+    """The signals a /proc/<pid>/status text lists in a mask field (SigIgn, SigCgt, SigBlk, ...), by number."""
+    mask = int(next(line for line in status.splitlines() if line.startswith(f"{field}:")).split()[1], 16)
+    return {number for number in range(1, 65) if mask >> (number - 1) & 1}
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail with ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
